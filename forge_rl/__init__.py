@@ -1,0 +1,1 @@
+"""The `forge-rl` command line: thin glue over the services."""

@@ -1,0 +1,147 @@
+"""`forge-rl`: one command line for the whole pipeline."""
+
+from __future__ import annotations
+
+import logging
+import sys
+from pathlib import Path
+
+import click
+from rich.console import Console
+from rich.table import Table
+
+from infra.config import InfraSettings
+from infra.settings import load_settings
+from schemas.errors import ConfigError, ForgeError
+
+console = Console()
+err_console = Console(stderr=True)
+
+
+class ForgeGroup(click.Group):
+    """Turns forge-rl errors into one-line messages and conventional exit codes."""
+
+    def invoke(self, ctx: click.Context) -> object:
+        try:
+            return super().invoke(ctx)
+        except ConfigError as exc:
+            err_console.print(f"[red]config error:[/red] {exc}", highlight=False)
+            sys.exit(2)
+        except ForgeError as exc:
+            err_console.print(f"[red]error:[/red] {exc}", highlight=False)
+            sys.exit(1)
+
+
+@click.group(cls=ForgeGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.option(
+    "--config",
+    "config_file",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    envvar="FORGE_CONFIG",
+    help="YAML config file (sections: infra, gateway, streams, trainer). Env vars override it.",
+)
+@click.option("-v", "--verbose", count=True, help="More log output (-vv for debug).")
+@click.pass_context
+def main(ctx: click.Context, config_file: Path | None, verbose: int) -> None:
+    """forge-rl: train LLM agents with RL through an event-sourced Kafka pipeline."""
+    logging.basicConfig(
+        level=logging.WARNING - 10 * min(verbose, 2),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    if verbose < 2:  # kafka-python logs every refused connection; our errors say it once
+        logging.getLogger("kafka").setLevel(logging.CRITICAL)
+    ctx.obj = config_file
+
+
+def infra_settings(ctx: click.Context) -> InfraSettings:
+    return load_settings(InfraSettings, ctx.find_root().obj, "infra")
+
+
+@main.group()
+def infra() -> None:
+    """Local infrastructure: a real Kafka broker (KRaft) and the analytics store."""
+
+
+@infra.command("up")
+@click.pass_context
+def infra_up_cmd(ctx: click.Context) -> None:
+    """Start the broker (unless FORGE_KAFKA_BOOTSTRAP is set), create topics and tables."""
+    from infra.lifecycle import infra_up
+
+    settings = infra_settings(ctx)
+    with console.status("bringing up Kafka and the analytics store…"):
+        report = infra_up(settings)
+    where = "local broker" if report.local else "external cluster"
+    console.print(f"Kafka ({where}) at [bold]{report.bootstrap}[/bold]")
+    if report.topics_created:
+        console.print(f"created topics: {', '.join(report.topics_created)}")
+    console.print(f"analytics at [bold]{report.analytics}[/bold]")
+
+
+@infra.command("down")
+@click.option("--purge", is_flag=True, help="Also delete the broker's data and log.")
+@click.pass_context
+def infra_down_cmd(ctx: click.Context, purge: bool) -> None:
+    """Stop the local broker this FORGE_HOME started (and nothing else)."""
+    from infra.lifecycle import local_broker
+
+    settings = infra_settings(ctx)
+    stopped = local_broker(settings).down(purge=purge)
+    console.print("broker stopped" if stopped else "no local broker was running")
+    if purge:
+        console.print(f"purged {settings.home / 'kafka'}")
+
+
+@infra.command("status")
+@click.pass_context
+def infra_status_cmd(ctx: click.Context) -> None:
+    """What runs where; exit code 3 when the local broker is not running."""
+    from infra.lifecycle import analytics_location, local_broker
+
+    settings = infra_settings(ctx)
+    table = Table(show_header=False)
+    table.add_row("FORGE_HOME", str(settings.home))
+    table.add_row("analytics", analytics_location(settings))
+    running = True
+    if settings.kafka_bootstrap:
+        table.add_row("kafka", f"external cluster {settings.kafka_bootstrap}")
+    else:
+        status = local_broker(settings).status()
+        running = status.running
+        if status.running and status.state and status.rss_bytes is not None:
+            state = status.state
+            table.add_row("kafka", f"running, pid {state.pid}, Kafka {state.version}")
+            table.add_row("bootstrap", state.bootstrap)
+            table.add_row("controller", state.controller)
+            table.add_row("broker RSS", f"{status.rss_bytes / 2**20:.0f} MiB")
+            table.add_row("data", state.data_dir)
+            table.add_row("log", state.log_file)
+        else:
+            table.add_row("kafka", "not running (forge-rl infra up)")
+    console.print(table)
+    if not running:
+        sys.exit(3)
+
+
+@main.command()
+@click.argument("sql")
+@click.option("--format", "fmt", type=click.Choice(["table", "tsv"]), default="table")
+@click.pass_context
+def query(ctx: click.Context, sql: str, fmt: str) -> None:
+    """Run raw SQL against the analytics store."""
+    from infra.analytics import analytics_client, query_rows
+
+    client = analytics_client(infra_settings(ctx))
+    try:
+        columns, rows = query_rows(client, sql)
+    finally:
+        client.close()
+    if fmt == "tsv":
+        click.echo("\t".join(columns))
+        for row in rows:
+            click.echo("\t".join(str(v) for v in row))
+        return
+    table = Table(*columns)
+    for row in rows:
+        table.add_row(*(str(v) for v in row))
+    console.print(table)

@@ -1,0 +1,111 @@
+"""The analytics store: ClickHouse through clickhouse-connect, embedded chDB or a server.
+
+Embedded chDB admits one process per data directory. The streams worker — the only writer —
+owns it in local mode; other processes (the CLI) query through the worker's web endpoint.
+With FORGE_CLICKHOUSE_URL every process talks to the server directly.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import clickhouse_connect
+from clickhouse_connect.driver.client import Client
+
+from infra.config import InfraSettings
+from schemas.errors import ForgeError
+
+TABLES: dict[str, str] = {
+    "rollouts": """
+        CREATE TABLE IF NOT EXISTS rollouts (
+            rollout_id String,
+            group_id String,
+            task_id String,
+            queue_index Int64,
+            status LowCardinality(String),
+            started_at DateTime64(6, 'UTC'),
+            ended_at DateTime64(6, 'UTC'),
+            duration_s Float64,
+            outcome_reward Nullable(Float64),
+            total_reward Float64,
+            num_calls UInt32,
+            prompt_tokens UInt64,
+            completion_tokens UInt64,
+            policy_version Int64,
+            staleness Int64
+        ) ENGINE = ReplacingMergeTree
+        PARTITION BY toYYYYMM(ended_at)
+        ORDER BY (ended_at, policy_version, rollout_id)
+    """,
+    "calls": """
+        CREATE TABLE IF NOT EXISTS calls (
+            call_id String,
+            rollout_id String,
+            ts DateTime64(6, 'UTC'),
+            policy_version Int64,
+            prompt_tokens UInt32,
+            new_prompt_tokens UInt32,
+            completion_tokens UInt32,
+            latency_ms Float64,
+            finish_reason LowCardinality(String),
+            retokenization_drift UInt8
+        ) ENGINE = ReplacingMergeTree
+        PARTITION BY toYYYYMM(ts)
+        ORDER BY (ts, policy_version, call_id)
+    """,
+    "train_steps": """
+        CREATE TABLE IF NOT EXISTS train_steps (
+            step Int64,
+            policy_version Int64,
+            ts DateTime64(6, 'UTC'),
+            loss Float64,
+            samples UInt32,
+            tokens UInt64,
+            unique_tokens UInt64,
+            dedup_ratio Float64,
+            clip_fraction Float64,
+            staleness_mean Float64,
+            staleness_max Int64,
+            step_time_s Float64
+        ) ENGINE = ReplacingMergeTree
+        PARTITION BY toYYYYMM(ts)
+        ORDER BY (ts, policy_version, step)
+    """,
+}
+"""ReplacingMergeTree keyed on the record's id: re-inserting a replayed row is idempotent
+(queries that must count exactly use FINAL). Sorted by time and policy version, the two axes
+every report slices by."""
+
+
+class AnalyticsUnavailableError(ForgeError):
+    """The store cannot be opened (for chDB: another process owns the directory)."""
+
+
+def analytics_client(settings: InfraSettings) -> Client:
+    """A client for the configured store; embedded chDB unless FORGE_CLICKHOUSE_URL is set."""
+    if settings.clickhouse_url:
+        try:
+            return clickhouse_connect.get_client(dsn=settings.clickhouse_url)
+        except Exception as exc:  # the driver raises several unrelated types on connect
+            raise AnalyticsUnavailableError(
+                f"ClickHouse at {settings.clickhouse_url} is unreachable: {exc}"
+            ) from exc
+    settings.chdb_path.mkdir(parents=True, exist_ok=True)
+    try:
+        return clickhouse_connect.get_client(dsn=f"chdb://{settings.chdb_path}")
+    except Exception as exc:
+        raise AnalyticsUnavailableError(
+            f"embedded ClickHouse at {settings.chdb_path} is held by another process "
+            f"(the streams worker owns it while it runs; query through it): {exc}"
+        ) from exc
+
+
+def ensure_tables(client: Client) -> None:
+    """Create the analytics tables if missing. Idempotent."""
+    for ddl in TABLES.values():
+        client.command(ddl)
+
+
+def query_rows(client: Client, sql: str) -> tuple[list[str], list[tuple[Any, ...]]]:
+    result = client.query(sql)
+    return list(result.column_names), [tuple(r) for r in result.result_rows]

@@ -1,0 +1,162 @@
+"""Kafka clients configured for forge-rl's records: durable producers, large messages, the DLQ.
+
+Both client libraries are supported on purpose: aiokafka inside asyncio services (gateway,
+Faust), kafka-python for synchronous tools (admin, replay, tests).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+import kafka
+import kafka.errors
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+from kafka.admin import KafkaAdminClient
+
+from schemas import codec
+from schemas.errors import BrokerUnavailableError, SchemaError
+from schemas.records import DeadLetter, Record
+from schemas.topics import DLQ, MAX_MESSAGE_BYTES, TopicSpec
+
+log = logging.getLogger(__name__)
+
+PRODUCER_DURABLE: dict[str, Any] = {
+    "acks": "all",
+    "enable_idempotence": True,
+    "compression_type": "zstd",
+    "max_request_size": MAX_MESSAGE_BYTES,
+}
+CONSUMER_LARGE: dict[str, Any] = {
+    "fetch_max_bytes": 4 * MAX_MESSAGE_BYTES,
+    "max_partition_fetch_bytes": MAX_MESSAGE_BYTES + 1024 * 1024,
+}
+
+
+def admin_client(bootstrap: str, timeout_s: float) -> KafkaAdminClient:
+    """An admin client, or BrokerUnavailableError after at most ``timeout_s``."""
+    try:
+        return KafkaAdminClient(
+            bootstrap_servers=bootstrap,
+            request_timeout_ms=int(timeout_s * 1000),
+            bootstrap_timeout_ms=int(timeout_s * 1000),
+            client_id="forge-rl-admin",
+        )
+    except kafka.errors.KafkaError as exc:
+        raise BrokerUnavailableError(
+            bootstrap, f"no broker answered within {timeout_s:.0f}s"
+        ) from exc
+
+
+def ensure_topics(bootstrap: str, specs: tuple[TopicSpec, ...], timeout_s: float) -> list[str]:
+    """Create the topics that do not exist yet; return the names created. Idempotent."""
+    admin = admin_client(bootstrap, timeout_s)
+    try:
+        existing = set(admin.list_topics())
+        missing = [spec for spec in specs if spec.name not in existing]
+        if missing:
+            request = {
+                spec.name: {
+                    "num_partitions": spec.partitions,
+                    "replication_factor": 1,
+                    "configs": spec.configs,
+                }
+                for spec in missing
+            }
+            try:
+                admin.create_topics(
+                    request, timeout_ms=int(timeout_s * 1000), wait_for_metadata=True
+                )
+            except kafka.errors.TopicAlreadyExistsError:
+                log.info("topics were created concurrently; nothing to do")
+        return [spec.name for spec in missing]
+    finally:
+        admin.close()
+
+
+def durable_producer(bootstrap: str, **overrides: Any) -> AIOKafkaProducer:
+    """An asyncio producer whose acknowledged sends survive a broker restart."""
+    return AIOKafkaProducer(bootstrap_servers=bootstrap, **{**PRODUCER_DURABLE, **overrides})
+
+
+def sync_producer(bootstrap: str, **overrides: Any) -> kafka.KafkaProducer:
+    return kafka.KafkaProducer(bootstrap_servers=bootstrap, **{**PRODUCER_DURABLE, **overrides})
+
+
+def sync_consumer(bootstrap: str, **overrides: Any) -> kafka.KafkaConsumer:
+    return kafka.KafkaConsumer(bootstrap_servers=bootstrap, **{**CONSUMER_LARGE, **overrides})
+
+
+def async_consumer(bootstrap: str, *topics: str, **overrides: Any) -> AIOKafkaConsumer:
+    return AIOKafkaConsumer(*topics, bootstrap_servers=bootstrap, **{**CONSUMER_LARGE, **overrides})
+
+
+@dataclass(frozen=True)
+class Delivered:
+    """A decoded record with the position it was read from."""
+
+    record: Record
+    topic: str
+    partition: int
+    offset: int
+    key: bytes | None
+
+
+def decode_message(
+    spec: TopicSpec,
+    *,
+    partition: int,
+    offset: int,
+    key: bytes | None,
+    value: bytes | None,
+    consumer: str,
+) -> Delivered | DeadLetter:
+    """Decode one message of ``spec``'s topic, or say why it cannot be (as a DeadLetter)."""
+    if value is None:
+        reason = "empty value (tombstone) on a topic that carries records"
+    else:
+        try:
+            record = codec.decode(value, spec.record)
+        except SchemaError as exc:
+            reason = str(exc)
+        else:
+            return Delivered(record, spec.name, partition, offset, key)
+    return DeadLetter(
+        source_topic=spec.name,
+        partition=partition,
+        offset=offset,
+        reason=reason,
+        consumer=consumer,
+        ts=datetime.now(UTC),
+        key=key,
+        value=value,
+    )
+
+
+async def consume_records(
+    consumer: AIOKafkaConsumer,
+    dlq_producer: AIOKafkaProducer,
+    spec: TopicSpec,
+    name: str,
+) -> AsyncIterator[Delivered]:
+    """Yield decoded records; anything undecodable goes to forge.dlq (acknowledged) first."""
+    async for msg in consumer:
+        result = decode_message(
+            spec,
+            partition=msg.partition,
+            offset=msg.offset,
+            key=msg.key,
+            value=msg.value,
+            consumer=name,
+        )
+        if isinstance(result, DeadLetter):
+            log.warning(
+                "dead-lettered %s[%d]@%d: %s",
+                spec.name, msg.partition, msg.offset, result.reason,
+            )  # fmt: skip
+            await dlq_producer.send_and_wait(DLQ.name, codec.encode(result), key=msg.key)
+            continue
+        yield result

@@ -1,0 +1,68 @@
+"""`infra up/down/status`: the broker (local or external), its topics and the analytics tables."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from infra.analytics import analytics_client, ensure_tables
+from infra.config import InfraSettings
+from infra.kafka_clients import ensure_topics
+from infra.local_broker import BrokerStatus, LocalBroker
+from schemas.topics import ALL_TOPICS
+
+
+@dataclass(frozen=True)
+class InfraReport:
+    bootstrap: str
+    local: bool
+    topics_created: list[str]
+    analytics: str
+    broker: BrokerStatus | None
+
+
+def local_broker(settings: InfraSettings) -> LocalBroker:
+    return LocalBroker(
+        settings.home / "kafka",
+        version=settings.kafka_version,
+        cache_dir=settings.cache_dir,
+        port=settings.kafka_port,
+        controller_port=settings.kafka_controller_port,
+        heap=settings.kafka_heap,
+        startup_timeout_s=settings.kafka_startup_timeout_s,
+    )
+
+
+def analytics_location(settings: InfraSettings) -> str:
+    return settings.clickhouse_url or f"chdb://{settings.chdb_path}"
+
+
+def infra_up(settings: InfraSettings, *, with_analytics: bool = True) -> InfraReport:
+    """Bring up what is missing; a second call changes nothing."""
+    broker = None
+    if settings.kafka_bootstrap:
+        bootstrap = settings.kafka_bootstrap
+    else:
+        broker = local_broker(settings)
+        bootstrap = broker.up().bootstrap
+    created = ensure_topics(bootstrap, ALL_TOPICS, settings.kafka_connect_timeout_s)
+    if with_analytics:
+        client = analytics_client(settings)
+        try:
+            ensure_tables(client)
+        finally:
+            client.close()
+    return InfraReport(
+        bootstrap=bootstrap,
+        local=broker is not None,
+        topics_created=created,
+        analytics=analytics_location(settings),
+        broker=broker.status() if broker else None,
+    )
+
+
+def bootstrap_servers(settings: InfraSettings) -> str | None:
+    """Where Kafka is: the configured cluster, or the running local broker, or None."""
+    if settings.kafka_bootstrap:
+        return settings.kafka_bootstrap
+    status = local_broker(settings).status()
+    return status.state.bootstrap if status.running and status.state else None

@@ -1,0 +1,248 @@
+"""A real single-node Apache Kafka broker (KRaft, broker+controller) run as a child process.
+
+The broker outlives the command that started it; a JSON state file records its pid and ports
+so that ``down`` stops exactly that process and nothing else.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import logging
+import os
+import shutil
+import signal
+import socket
+import string
+import subprocess
+import time
+import uuid
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import psutil
+
+from infra.kafka_runtime import TEMPLATES, find_java, kafka_jars
+from schemas.errors import InfraError
+from schemas.topics import MAX_MESSAGE_BYTES
+
+log = logging.getLogger(__name__)
+
+READY_LINE = "Kafka Server started"
+MAIN_CLASS = "kafka.Kafka"
+
+
+@dataclass(frozen=True)
+class BrokerState:
+    pid: int
+    bootstrap: str
+    controller: str
+    data_dir: str
+    log_file: str
+    version: str
+
+
+@dataclass(frozen=True)
+class BrokerStatus:
+    running: bool
+    state: BrokerState | None
+    rss_bytes: int | None
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class LocalBroker:
+    """Manage the broker whose files live under ``root`` (data, logs, pid/state file)."""
+
+    def __init__(
+        self,
+        root: Path,
+        *,
+        version: str,
+        cache_dir: Path,
+        port: int,
+        controller_port: int,
+        heap: str = "512m",
+        startup_timeout_s: float = 120.0,
+    ) -> None:
+        self.root = root
+        self.version = version
+        self.cache_dir = cache_dir
+        self.port = port
+        self.controller_port = controller_port
+        self.heap = heap
+        self.startup_timeout_s = startup_timeout_s
+        self.state_file = root / "broker.json"
+        self.data_dir = root / "data"
+        self.log_file = root / "broker.log"
+
+    def up(self) -> BrokerState:
+        """Start the broker unless it already runs; return where it listens."""
+        current = self.status()
+        if current.running and current.state is not None:
+            return current.state
+        self._forget()
+        java = find_java()
+        lib = kafka_jars(self.version, self.cache_dir)
+        port = self.port or free_port()
+        controller_port = self.controller_port or free_port()
+        for p in (port, controller_port):
+            _require_free(p)
+        self.root.mkdir(parents=True, exist_ok=True)
+        config = self._write_config(port, controller_port)
+        classpath = f"{lib}/*"
+        if not (self.data_dir / "meta.properties").exists():
+            self._format(java, classpath, config)
+        cmd = [
+            java, f"-Xmx{self.heap}", "-Xms64m", "-XX:+UseG1GC", "-XX:MaxMetaspaceSize=192m",
+            "-Djava.awt.headless=true",
+            f"-Dlog4j2.configurationFile={TEMPLATES / 'log4j2.properties'}",
+            "-cp", classpath, MAIN_CLASS, str(config),
+        ]  # fmt: skip
+        offset = self.log_file.stat().st_size if self.log_file.exists() else 0
+        with self.log_file.open("ab") as out:
+            proc = subprocess.Popen(
+                cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                start_new_session=True,
+            )  # fmt: skip
+        state = BrokerState(
+            pid=proc.pid,
+            bootstrap=f"127.0.0.1:{port}",
+            controller=f"127.0.0.1:{controller_port}",
+            data_dir=str(self.data_dir),
+            log_file=str(self.log_file),
+            version=self.version,
+        )
+        self.state_file.write_text(json.dumps(asdict(state), indent=2))
+        self._wait_ready(proc, offset)
+        return state
+
+    def down(self, *, purge: bool = False) -> bool:
+        """Stop the broker this root started; True if one was running."""
+        status = self.status()
+        stopped = False
+        if status.running and status.state is not None:
+            _terminate(status.state.pid)
+            stopped = True
+        self._forget()
+        if purge:
+            shutil.rmtree(self.data_dir, ignore_errors=True)
+            self.log_file.unlink(missing_ok=True)
+        return stopped
+
+    def status(self) -> BrokerStatus:
+        state = self._read_state()
+        if state is None:
+            return BrokerStatus(False, None, None)
+        proc = _our_process(state.pid, self.root)
+        if proc is None:
+            return BrokerStatus(False, state, None)
+        try:
+            rss = int(proc.memory_info().rss)
+        except psutil.Error:
+            return BrokerStatus(False, state, None)
+        return BrokerStatus(True, state, rss)
+
+    def _read_state(self) -> BrokerState | None:
+        try:
+            return BrokerState(**json.loads(self.state_file.read_text()))
+        except (OSError, ValueError, TypeError):
+            return None
+
+    def _forget(self) -> None:
+        self.state_file.unlink(missing_ok=True)
+
+    def _write_config(self, port: int, controller_port: int) -> Path:
+        template = string.Template((TEMPLATES / "server.properties").read_text())
+        text = template.substitute(
+            port=port,
+            controller_port=controller_port,
+            log_dir=self.data_dir,
+            max_message_bytes=MAX_MESSAGE_BYTES + 1024 * 1024,
+        )
+        path = self.root / "server.properties"
+        path.write_text(text)
+        return path
+
+    def _format(self, java: str, classpath: str, config: Path) -> None:
+        cmd = [
+            java, "-cp", classpath,
+            f"-Dlog4j2.configurationFile={TEMPLATES / 'log4j2.properties'}",
+            "kafka.tools.StorageTool", "format", "--standalone",
+            "--cluster-id", _cluster_id(), "--config", str(config),
+        ]  # fmt: skip
+        result = subprocess.run(cmd, capture_output=True, text=True, check=False)
+        if result.returncode != 0:
+            raise InfraError(f"formatting Kafka storage failed: {result.stdout}{result.stderr}")
+
+    def _wait_ready(self, proc: subprocess.Popen[bytes], offset: int) -> None:
+        deadline = time.monotonic() + self.startup_timeout_s
+        while time.monotonic() < deadline:
+            if proc.poll() is not None:
+                self._forget()
+                raise InfraError(
+                    f"Kafka broker exited with code {proc.returncode} during start-up; "
+                    f"last log lines:\n{self._log_tail(offset)}"
+                )
+            with self.log_file.open("rb") as f:
+                f.seek(offset)
+                if READY_LINE.encode() in f.read():
+                    return
+            time.sleep(0.2)
+        _terminate(proc.pid)
+        self._forget()
+        raise InfraError(
+            f"Kafka broker not ready after {self.startup_timeout_s:.0f}s; "
+            f"last log lines:\n{self._log_tail(offset)}"
+        )
+
+    def _log_tail(self, offset: int, lines: int = 15) -> str:
+        with self.log_file.open("rb") as f:
+            f.seek(offset)
+            return "\n".join(f.read().decode(errors="replace").splitlines()[-lines:])
+
+
+def _cluster_id() -> str:
+    """A Kafka cluster id: 16 random bytes, URL-safe base64 without padding."""
+    return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+
+
+def _require_free(port: int) -> None:
+    with socket.socket() as s:
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError as exc:
+            raise InfraError(
+                f"port {port} on 127.0.0.1 is taken; set FORGE_KAFKA_PORT / "
+                "FORGE_KAFKA_CONTROLLER_PORT to free ports (0 picks one)"
+            ) from exc
+
+
+def _our_process(pid: int, root: Path) -> psutil.Process | None:
+    """The broker process with this pid, only if it is the one started for ``root``."""
+    try:
+        proc = psutil.Process(pid)
+        cmdline = proc.cmdline()
+    except psutil.Error:
+        return None
+    if MAIN_CLASS in cmdline and str(root / "server.properties") in cmdline:
+        return proc
+    return None
+
+
+def _terminate(pid: int, timeout_s: float = 30.0) -> None:
+    try:
+        os.kill(pid, signal.SIGTERM)
+    except ProcessLookupError:
+        return
+    try:
+        psutil.Process(pid).wait(timeout_s)
+    except psutil.TimeoutExpired:
+        os.kill(pid, signal.SIGKILL)
+        psutil.Process(pid).wait(10)
+    except psutil.NoSuchProcess:
+        pass

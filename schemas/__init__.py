@@ -1,0 +1,1 @@
+"""The contract between services: Avro schemas, typed records, topic names and the codec."""

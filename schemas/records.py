@@ -1,0 +1,260 @@
+"""Typed Python records, one per Avro schema in ``avro/``.
+
+Token ids and log-probs are numpy arrays here and packed little-endian bytes on the wire, so a
+200k-token prompt costs one memcpy instead of 200k Avro varints.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, ClassVar
+
+import numpy as np
+import numpy.typing as npt
+
+IntArray = npt.NDArray[np.int32]
+FloatArray = npt.NDArray[np.float32]
+
+
+def int32s() -> Any:
+    """A token-id field: numpy int32 in Python, packed little-endian int32 on the wire."""
+    return field(metadata={"packed": "<i4"})
+
+
+def float32s() -> Any:
+    """A log-prob field: numpy float32 in Python, packed little-endian float32 on the wire."""
+    return field(metadata={"packed": "<f4"})
+
+
+class Record:
+    """Base of all records: field-wise equality that understands numpy arrays."""
+
+    __slots__ = ()
+    schema_name: ClassVar[str]
+
+    def __eq__(self, other: object) -> bool:
+        if type(other) is not type(self):
+            return NotImplemented
+        for f in dataclasses.fields(self):  # type: ignore[arg-type]
+            a, b = getattr(self, f.name), getattr(other, f.name)
+            if isinstance(a, np.ndarray) or isinstance(b, np.ndarray):
+                if not np.array_equal(a, b):
+                    return False
+            elif a != b:
+                return False
+        return True
+
+    __hash__ = None  # type: ignore[assignment]
+
+
+@dataclass(eq=False, slots=True)
+class RolloutStarted(Record):
+    schema_name: ClassVar[str] = "forge.RolloutStarted"
+    task_id: str
+    group_id: str
+    group_size: int
+    policy_version: int
+    metadata: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(eq=False, slots=True)
+class ModelRequest(Record):
+    schema_name: ClassVar[str] = "forge.ModelRequest"
+    call_id: str
+    endpoint: str
+    model: str
+    prompt_token_ids: IntArray = int32s()
+    prompt_len: int = 0
+    parent_call_id: str | None = None
+    shared_prefix_len: int = 0
+    retokenization_drift: bool = False
+    temperature: float | None = None
+    top_p: float | None = None
+    max_tokens: int | None = None
+    n: int = 1
+    seed: int | None = None
+
+
+@dataclass(eq=False, slots=True)
+class ModelResponse(Record):
+    schema_name: ClassVar[str] = "forge.ModelResponse"
+    call_id: str
+    completion_token_ids: IntArray = int32s()
+    logprobs: FloatArray = float32s()
+    policy_version: int = 0
+    finish_reason: str = "stop"
+    choice_index: int = 0
+    completion_text: str | None = None
+    latency_ms: float = 0.0
+
+
+@dataclass(eq=False, slots=True)
+class ProcessSignal(Record):
+    schema_name: ClassVar[str] = "forge.ProcessSignal"
+    step: int
+    name: str
+    value: float
+
+
+@dataclass(eq=False, slots=True)
+class RolloutFinished(Record):
+    schema_name: ClassVar[str] = "forge.RolloutFinished"
+    status: str
+    outcome_reward: float | None = None
+
+
+@dataclass(eq=False, slots=True)
+class RolloutAborted(Record):
+    schema_name: ClassVar[str] = "forge.RolloutAborted"
+    reason: str
+
+
+Event = (
+    RolloutStarted | ModelRequest | ModelResponse | ProcessSignal | RolloutFinished | RolloutAborted
+)
+
+
+class EventKind(enum.StrEnum):
+    ROLLOUT_STARTED = "ROLLOUT_STARTED"
+    MODEL_REQUEST = "MODEL_REQUEST"
+    MODEL_RESPONSE = "MODEL_RESPONSE"
+    PROCESS_SIGNAL = "PROCESS_SIGNAL"
+    ROLLOUT_FINISHED = "ROLLOUT_FINISHED"
+    ROLLOUT_ABORTED = "ROLLOUT_ABORTED"
+    UNKNOWN = "UNKNOWN"
+
+
+EVENT_KINDS: dict[type[Record], EventKind] = {
+    RolloutStarted: EventKind.ROLLOUT_STARTED,
+    ModelRequest: EventKind.MODEL_REQUEST,
+    ModelResponse: EventKind.MODEL_RESPONSE,
+    ProcessSignal: EventKind.PROCESS_SIGNAL,
+    RolloutFinished: EventKind.ROLLOUT_FINISHED,
+    RolloutAborted: EventKind.ROLLOUT_ABORTED,
+}
+
+
+@dataclass(eq=False, slots=True)
+class Envelope(Record):
+    """Every record on forge.events; ``kind`` always agrees with the payload's type."""
+
+    schema_name: ClassVar[str] = "forge.Envelope"
+    event_id: str
+    rollout_id: str
+    ts: datetime
+    producer: str
+    payload: Event
+    kind: EventKind = EventKind.UNKNOWN
+
+    def __post_init__(self) -> None:
+        if self.kind is EventKind.UNKNOWN:
+            self.kind = EVENT_KINDS[type(self.payload)]
+
+
+@dataclass(eq=False, slots=True)
+class QueueEntry(Record):
+    schema_name: ClassVar[str] = "forge.QueueEntry"
+    rollout_id: str
+    group_id: str
+    group_size: int
+    ts: datetime
+
+
+@dataclass(eq=False, slots=True)
+class TrajectoryCall(Record):
+    schema_name: ClassVar[str] = "forge.TrajectoryCall"
+    call_id: str
+    prompt_token_ids: IntArray = int32s()
+    completion_token_ids: IntArray = int32s()
+    logprobs: FloatArray = float32s()
+    policy_version: int = 0
+    step: int = 0
+    parent_call_id: str | None = None
+    shared_prefix_len: int = 0
+    reward: float = 0.0
+    return_to_go: float = 0.0
+    advantage: float = 0.0
+
+
+@dataclass(eq=False, slots=True)
+class Trajectory(Record):
+    schema_name: ClassVar[str] = "forge.Trajectory"
+    rollout_id: str
+    group_id: str
+    task_id: str
+    queue_index: int
+    status: str
+    started_ts: datetime
+    ended_ts: datetime
+    calls: list[TrajectoryCall]
+    outcome_reward: float | None = None
+    total_reward: float = 0.0
+
+
+@dataclass(eq=False, slots=True)
+class TrainSample(Record):
+    schema_name: ClassVar[str] = "forge.TrainSample"
+    sample_id: str
+    queue_index: int
+    trajectory: Trajectory
+
+
+@dataclass(eq=False, slots=True)
+class PolicyUpdated(Record):
+    schema_name: ClassVar[str] = "forge.PolicyUpdated"
+    version: int
+    step: int
+    checkpoint_uri: str
+    ts: datetime
+
+
+@dataclass(eq=False, slots=True)
+class TrainStep(Record):
+    schema_name: ClassVar[str] = "forge.TrainStep"
+    step: int
+    policy_version: int
+    loss: float
+    samples: int
+    tokens: int
+    unique_tokens: int
+    dedup_ratio: float
+    clip_fraction: float
+    staleness_mean: float
+    staleness_max: int
+    step_time_s: float
+    ts: datetime
+
+
+@dataclass(eq=False, slots=True)
+class DeadLetter(Record):
+    schema_name: ClassVar[str] = "forge.DeadLetter"
+    source_topic: str
+    partition: int
+    offset: int
+    reason: str
+    consumer: str
+    ts: datetime
+    key: bytes | None = None
+    value: bytes | None = None
+
+
+RECORD_TYPES: tuple[type[Record], ...] = (
+    RolloutStarted,
+    ModelRequest,
+    ModelResponse,
+    ProcessSignal,
+    RolloutFinished,
+    RolloutAborted,
+    Envelope,
+    QueueEntry,
+    TrajectoryCall,
+    Trajectory,
+    TrainSample,
+    PolicyUpdated,
+    TrainStep,
+    DeadLetter,
+)
+BY_SCHEMA_NAME: dict[str, type[Record]] = {t.schema_name: t for t in RECORD_TYPES}
