@@ -145,3 +145,7 @@ def query(ctx: click.Context, sql: str, fmt: str) -> None:
     for row in rows:
         table.add_row(*(str(v) for v in row))
     console.print(table)
+
+
+if __name__ == "__main__":
+    main()

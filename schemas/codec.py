@@ -45,30 +45,48 @@ class SchemaSet:
         for path in sorted(directory.glob("*.avsc")):
             schema = json.loads(path.read_text())
             raw[f"{schema['namespace']}.{schema['name']}"] = schema
-        named: dict[str, Any] = {}
         parsed: dict[str, dict[str, Any]] = {}
-        pending = dict(raw)
-        while pending:
-            progressed = False
-            for name, schema in list(pending.items()):
-                try:
-                    parsed[name] = fastavro.parse_schema(schema, named_schemas=named)
-                except fastavro.schema.UnknownType:
-                    continue
-                del pending[name]
-                progressed = True
-            if not progressed:
-                raise SchemaError(f"unresolvable references in {directory}: {sorted(pending)}")
-        fingerprints = {
-            name: fingerprint(fastavro.schema.expand_schema(schema))
-            for name, schema in parsed.items()
-        }
+        fingerprints: dict[str, bytes] = {}
+        for name, schema in raw.items():
+            expanded = expand_references(schema, raw)
+            parsed[name] = typing.cast(dict[str, Any], fastavro.parse_schema(expanded))
+            fingerprints[name] = fingerprint(expanded)
         return cls(version, parsed, fingerprints)
+
+
+def expand_references(schema: Any, named: dict[str, Any], seen: set[str] | None = None) -> Any:
+    """Inline every named reference at its first use, so the schema stands alone.
+
+    A fingerprint must change when any nested schema changes, which it only does over the
+    fully expanded form (fastavro's expand_schema stops one level deep).
+    """
+    seen = set() if seen is None else seen
+    if isinstance(schema, str):
+        if schema in named and schema not in seen:
+            return expand_references(named[schema], named, seen)
+        return schema
+    if isinstance(schema, list):
+        return [expand_references(branch, named, seen) for branch in schema]
+    if not isinstance(schema, dict):
+        return schema
+    out = dict(schema)
+    if schema.get("type") in ("record", "enum", "fixed"):
+        seen.add(f"{schema.get('namespace', '')}.{schema['name']}".lstrip("."))
+    if "fields" in schema:
+        out["fields"] = [
+            {**f, "type": expand_references(f["type"], named, seen)} for f in schema["fields"]
+        ]
+    for key in ("items", "values"):
+        if key in schema:
+            out[key] = expand_references(schema[key], named, seen)
+    if isinstance(schema.get("type"), dict | list):
+        out["type"] = expand_references(schema["type"], named, seen)
+    return out
 
 
 def fingerprint(schema: dict[str, Any]) -> bytes:
     """CRC-64-AVRO of the parsing canonical form, little-endian, as the Avro spec defines."""
-    canonical = fastavro.schema.to_parsing_canonical_form(schema)
+    canonical = fastavro.schema.to_parsing_canonical_form(fastavro.parse_schema(schema))
     return bytes.fromhex(fastavro.schema.fingerprint(canonical, "CRC-64-AVRO"))
 
 
@@ -114,10 +132,21 @@ def _packer(dtype: str) -> tuple[ToAvro, FromAvro]:
     return pack, unpack
 
 
-@functools.cache
-def _plan(cls: type[Record]) -> tuple[tuple[str, ToAvro, FromAvro], ...]:
+Plan = tuple[tuple[str, ToAvro, FromAvro], ...]
+_plans: dict[type[Record], Plan] = {}
+
+
+def _plan(cls: type[Record]) -> Plan:
+    """Per-field converters of a record type, built once per type."""
+    plan = _plans.get(cls)
+    if plan is None:
+        plan = _plans[cls] = _build_plan(cls)
+    return plan
+
+
+def _build_plan(cls: type[Record]) -> Plan:
     hints = typing.get_type_hints(cls)
-    plan = []
+    plan: list[tuple[str, ToAvro, FromAvro]] = []
     for f in dataclasses.fields(cls):  # type: ignore[arg-type]
         hint = hints[f.name]
         to: ToAvro = _identity

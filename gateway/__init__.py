@@ -1,0 +1,1 @@
+"""OpenAI-compatible gateway: turns any agent into a trajectory producer."""

@@ -1,0 +1,12 @@
+#!/usr/bin/env bash
+# The test command: set-up, lint, type-check, then unit and integration tests against a real
+# Kafka broker the test session starts itself (or FORGE_KAFKA_BOOTSTRAP) and real ClickHouse.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+scripts/setup.sh
+VENV=${FORGE_VENV:-.venv}
+export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
+"$VENV/bin/ruff" format --check .
+"$VENV/bin/ruff" check .
+"$VENV/bin/mypy"
+exec "$VENV/bin/python" -m pytest "$@"

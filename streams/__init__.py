@@ -1,0 +1,1 @@
+"""Faust stream processors: assemble, score, order and replay trajectories."""

@@ -1,0 +1,70 @@
+"""The analytics store on real ClickHouse SQL (embedded chDB, or FORGE_CLICKHOUSE_URL)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from datetime import UTC, datetime
+
+import pytest
+
+from infra.analytics import TABLES, analytics_client, ensure_tables, query_rows
+from infra.config import InfraSettings
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture(scope="session")
+def analytics(infra_settings: InfraSettings):
+    """One client per session: chDB admits one engine path per process."""
+    client = analytics_client(infra_settings)
+    ensure_tables(client)
+    yield client
+    client.close()
+
+
+def test_ddl_is_idempotent(analytics):
+    ensure_tables(analytics)
+    _, rows = query_rows(
+        analytics, "SELECT name FROM system.tables WHERE database = currentDatabase()"
+    )
+    assert set(TABLES) <= {r[0] for r in rows}
+
+
+def test_tables_sort_by_time_and_policy_version(analytics):
+    _, rows = query_rows(
+        analytics,
+        "SELECT name, sorting_key FROM system.tables WHERE database = currentDatabase()",
+    )
+    keys = dict(rows)
+    for table in TABLES:
+        assert "policy_version" in keys[table]
+        assert "ts" in keys[table] or "ended_at" in keys[table]
+
+
+def test_reinserting_a_row_is_idempotent(analytics):
+    row = [7, 7, datetime(2026, 11, 1, tzinfo=UTC), 0.5, 8, 100, 40, 2.5, 0.1, 0.5, 1, 0.2]
+    columns = [
+        "step", "policy_version", "ts", "loss", "samples", "tokens", "unique_tokens",
+        "dedup_ratio", "clip_fraction", "staleness_mean", "staleness_max", "step_time_s",
+    ]  # fmt: skip
+    analytics.insert("train_steps", [row, row], column_names=columns)
+    analytics.insert("train_steps", [row], column_names=columns)
+    _, rows = query_rows(analytics, "SELECT count() FROM train_steps FINAL WHERE step = 7")
+    assert rows == [(1,)]
+
+
+def test_a_second_process_cannot_open_the_owned_directory(analytics, infra_settings):
+    if infra_settings.clickhouse_url:
+        pytest.skip("a ClickHouse server has no single-owner rule")
+    code = (
+        "from infra.analytics import analytics_client; from infra.config import InfraSettings\n"
+        f"analytics_client(InfraSettings(home={str(infra_settings.home)!r}))"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "FORGE_CLICKHOUSE_URL"}
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120
+    )
+    assert result.returncode != 0
+    assert "held by another process" in result.stderr

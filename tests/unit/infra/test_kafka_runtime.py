@@ -1,0 +1,26 @@
+from __future__ import annotations
+
+import pytest
+
+from infra import kafka_runtime
+from schemas.errors import InfraError
+
+
+def test_missing_java_is_named(monkeypatch):
+    monkeypatch.setenv("PATH", "/nonexistent")
+    with pytest.raises(InfraError, match=r"Java 17\+ is required.*not on PATH"):
+        kafka_runtime.find_java()
+
+
+def test_missing_maven_without_cached_jars_is_named(monkeypatch, tmp_path):
+    monkeypatch.setenv("PATH", "/nonexistent")
+    with pytest.raises(InfraError, match=r"Maven \(`mvn`\) is not on PATH"):
+        kafka_runtime.kafka_jars("4.4.0", tmp_path)
+
+
+def test_cached_jars_need_no_maven(monkeypatch, tmp_path):
+    lib = tmp_path / "kafka-4.4.0" / "lib"
+    lib.mkdir(parents=True)
+    (tmp_path / "kafka-4.4.0" / ".complete").touch()
+    monkeypatch.setenv("PATH", "/nonexistent")
+    assert kafka_runtime.kafka_jars("4.4.0", tmp_path) == lib

@@ -1,0 +1,1 @@
+"""DeepSpeed trainer: prefix-tree merged CISPO on the ordered topic."""
