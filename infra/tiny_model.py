@@ -14,7 +14,8 @@ CHATML_TEMPLATE = (
     "{% for m in messages %}<|im_start|>{{ m['role'] }}\n"
     "{% if m['content'] is string %}{{ m['content'] }}{% endif %}"
     "{% if m.get('tool_calls') %}{% for c in m['tool_calls'] %}<tool_call>"
-    "{{ c['function']['name'] }} {{ c['function']['arguments'] }}</tool_call>{% endfor %}{% endif %}"
+    "{{ c['function']['name'] }} {{ c['function']['arguments'] }}</tool_call>"
+    "{% endfor %}{% endif %}"
     "<|im_end|>\n{% endfor %}"
     "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
 )

@@ -14,7 +14,7 @@ import torch
 @dataclass(frozen=True)
 class CispoOutput:
     loss: torch.Tensor
-    """Scalar to minimise: −J."""
+    """Scalar to minimise: -J."""
     clip_fraction: float
     """Share of tokens whose ratio exceeded 1+ε_high."""
 
