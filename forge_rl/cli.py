@@ -123,6 +123,65 @@ def infra_status_cmd(ctx: click.Context) -> None:
         sys.exit(3)
 
 
+def require_bootstrap(settings: InfraSettings) -> str:
+    from infra.lifecycle import bootstrap_servers
+
+    bootstrap = bootstrap_servers(settings)
+    if bootstrap is None:
+        raise ForgeError("no Kafka broker: run `forge-rl infra up` or set FORGE_KAFKA_BOOTSTRAP")
+    return bootstrap
+
+
+@main.command()
+@click.option("--topic", help="Ordered sample topic (default forge.train; or a replay's topic).")
+@click.option("--max-steps", type=int, help="Stop after this many optimizer steps.")
+@click.option("--batch-size", type=int, help="Samples per step.")
+@click.option("--idle-exit", "idle_exit_s", type=float, help="Exit after this many idle seconds.")
+@click.pass_context
+def trainer(
+    ctx: click.Context,
+    topic: str | None,
+    max_steps: int | None,
+    batch_size: int | None,
+    idle_exit_s: float | None,
+) -> None:
+    """Train on the ordered topic with DeepSpeed (CISPO, prefix-tree merging)."""
+    from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+    from trainer.config import TrainerSettings
+
+    infra = infra_settings(ctx)
+    overrides = {
+        "topic": topic, "max_steps": max_steps, "batch_size": batch_size,
+        "idle_exit_s": idle_exit_s,
+    }  # fmt: skip
+    settings = load_settings(TrainerSettings, ctx.find_root().obj, "trainer", overrides)
+    bootstrap = require_bootstrap(infra)
+    from trainer.service import Trainer
+
+    with console.status("starting DeepSpeed…"):
+        run = Trainer(settings, bootstrap, infra.home)
+    columns = (SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn())
+    try:
+        with Progress(*columns, console=console) as progress:
+            task = progress.add_task(f"waiting for samples on {settings.topic}", total=None)
+
+            def on_step(step) -> None:  # type: ignore[no-untyped-def]
+                progress.update(
+                    task,
+                    description=(
+                        f"step {step.step} · policy v{step.policy_version} · "
+                        f"loss {step.loss:+.4f} · dedup {step.dedup_ratio:.1f}x · "
+                        f"staleness {step.staleness_mean:.1f} · {step.step_time_s:.2f}s"
+                    ),
+                )
+
+            steps = run.run(on_step)
+    finally:
+        run.close()
+    console.print(f"trained {steps} steps; policy v{run.version}")
+
+
 @main.command()
 @click.argument("sql")
 @click.option("--format", "fmt", type=click.Choice(["table", "tsv"]), default="table")

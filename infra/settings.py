@@ -7,7 +7,7 @@ from typing import Any, TypeVar
 
 import yaml
 from pydantic import ValidationError
-from pydantic_settings import BaseSettings, PydanticBaseSettingsSource
+from pydantic_settings import BaseSettings, InitSettingsSource, PydanticBaseSettingsSource
 
 from schemas.errors import ConfigError
 
@@ -15,18 +15,24 @@ S = TypeVar("S", bound="ForgeSettings")
 
 
 class ForgeSettings(BaseSettings):
-    """Base settings: environment variables override values given from a config file."""
+    """Base of every service's settings; build them with ``load_settings``."""
 
-    @classmethod
-    def settings_customise_sources(
-        cls,
+
+def _with_file_values(cls: type[S], values: dict[str, Any]) -> type[S]:
+    """A subclass whose sources rank: explicit overrides > environment > file > defaults."""
+
+    def sources(
+        owner: type[BaseSettings],
         settings_cls: type[BaseSettings],
         init_settings: PydanticBaseSettingsSource,
         env_settings: PydanticBaseSettingsSource,
         dotenv_settings: PydanticBaseSettingsSource,
         file_secret_settings: PydanticBaseSettingsSource,
     ) -> tuple[PydanticBaseSettingsSource, ...]:
-        return (env_settings, init_settings)
+        return (init_settings, env_settings, InitSettingsSource(settings_cls, values))
+
+    namespace = {"settings_customise_sources": classmethod(sources), "__module__": cls.__module__}
+    return type(cls.__name__, (cls,), namespace)
 
 
 def read_config_section(config_file: Path | None, section: str) -> dict[str, Any]:
@@ -47,16 +53,31 @@ def read_config_section(config_file: Path | None, section: str) -> dict[str, Any
     return values
 
 
-def load_settings(cls: type[S], config_file: Path | None = None, section: str = "") -> S:
-    """Build settings, turning validation failures into one-line errors that name the input."""
+def load_settings(
+    cls: type[S],
+    config_file: Path | None = None,
+    section: str = "",
+    overrides: dict[str, Any] | None = None,
+) -> S:
+    """Build settings, turning validation failures into one-line errors that name the input.
+
+    ``overrides`` (command-line flags; None values are ignored) win over the environment,
+    which wins over the config file's ``section``.
+    """
     values = read_config_section(config_file, section) if section else {}
+    given = {k: v for k, v in (overrides or {}).items() if v is not None}
     try:
-        return cls(**values)
+        return _with_file_values(cls, values)(**given)
     except ValidationError as exc:
         prefix = cls.model_config.get("env_prefix", "")
         problems = []
         for err in exc.errors():
             name = ".".join(str(p) for p in err["loc"])
-            where = f"{prefix}{name}".upper() if name not in values else f"{section}.{name}"
+            if name in given:
+                where = f"--{name.replace('_', '-')}"
+            elif name in values:
+                where = f"{section}.{name}"
+            else:
+                where = f"{prefix}{name}".upper()
             problems.append(f"{where}: {err['msg']} (got {err.get('input')!r})")
         raise ConfigError("; ".join(problems)) from None

@@ -226,6 +226,7 @@ class TrainStep(Record):
     staleness_max: int
     step_time_s: float
     ts: datetime
+    sample_ids: list[str] = field(default_factory=list)
 
 
 @dataclass(eq=False, slots=True)

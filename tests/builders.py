@@ -123,6 +123,46 @@ def all_records() -> list[Record]:
         traj,
         TrainSample("rollout-1", 17, traj),
         PolicyUpdated(version=4, step=4, checkpoint_uri="file:///ckpt/4", ts=T0),
-        TrainStep(1, 1, 0.5, 8, 1000, 250, 4.0, 0.1, 0.5, 1, 0.25, T0),
+        TrainStep(1, 1, 0.5, 8, 1000, 250, 4.0, 0.1, 0.5, 1, 0.25, T0, ["s1", "s2"]),
         DeadLetter("forge.events", 0, 42, "bad magic", "test", T0, b"k", b"\x00"),
     ]
+
+
+def train_sample(
+    index: int, turns: int = 3, vocab: int = 300, shared_prompt: int = 12
+) -> TrainSample:
+    """A multi-turn rollout, delta-encoded like the gateway writes it, with a shared prompt."""
+    rng = np.random.default_rng(index)
+    system = np.arange(shared_prompt, dtype=np.int32) % vocab
+    calls = []
+    context = np.concatenate([system, rng.integers(0, vocab, 4).astype(np.int32)])
+    parent, parent_len = None, 0
+    for turn in range(turns):
+        completion = rng.integers(0, vocab, 5).astype(np.int32)
+        new = context[parent_len:]
+        calls.append(
+            TrajectoryCall(
+                call_id=f"s{index}-c{turn}",
+                prompt_token_ids=new,
+                completion_token_ids=completion,
+                logprobs=np.full(5, -5.0, dtype=np.float32),
+                policy_version=0,
+                step=turn,
+                parent_call_id=parent,
+                shared_prefix_len=parent_len,
+                advantage=float(rng.normal()),
+            )
+        )
+        parent, parent_len = f"s{index}-c{turn}", context.shape[0] + completion.shape[0]
+        context = np.concatenate([context, completion, rng.integers(0, vocab, 3).astype(np.int32)])
+    traj = Trajectory(
+        rollout_id=f"rollout-{index}",
+        group_id=f"group-{index // 4}",
+        task_id="task",
+        queue_index=index,
+        status="finished",
+        started_ts=T0,
+        ended_ts=T0,
+        calls=calls,
+    )
+    return TrainSample(sample_id=f"rollout-{index}", queue_index=index, trajectory=traj)

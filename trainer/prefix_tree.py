@@ -107,24 +107,49 @@ def build_forest(sequences: Sequence[IntArray], ids: Sequence[int] | None = None
 def pack_rows(sequences: Sequence[IntArray], budget: int) -> list[PackedForest]:
     """Split the forest of ``sequences`` into rows of at most ``budget`` unique tokens.
 
-    Rows take consecutive sequences in lexicographic order, so shared prefixes stay together;
-    a prefix shared across a row boundary is repeated in both rows.
+    A subtree that fits stays whole; one that does not is split at its branching point
+    nearest the root, recursively. Whole subtrees are then packed into rows in order, sharing
+    a prefix with their row neighbours, so a row is often a single chain (a rollout's turns),
+    which runs with the plain causal mask. A prefix shared across rows is repeated in each.
     """
     order = sorted(range(len(sequences)), key=lambda i: sort_key(sequences[i]))
-    rows: list[list[int]] = []
-    used = 0
-    prev: IntArray | None = None
-    for i in order:
-        seq = sequences[i]
+    seqs = [sequences[i] for i in order]
+    for seq in seqs:
         if seq.shape[0] > budget:
             raise TokenBudgetError(
                 f"a sequence of {seq.shape[0]} tokens exceeds the packing budget of {budget}"
             )
-        cost = seq.shape[0] - (common_prefix(prev, seq) if prev is not None and rows else 0)
-        if not rows or used + cost > budget:
+    lcp = [0] + [common_prefix(seqs[k - 1], seqs[k]) for k in range(1, len(seqs))]
+    new_tokens = np.cumsum([0] + [int(s.shape[0]) - p for s, p in zip(seqs, lcp, strict=True)])
+
+    def cost(a: int, b: int) -> int:
+        """Unique tokens of sorted sequences a..b-1."""
+        return lcp[a] + int(new_tokens[b] - new_tokens[a])
+
+    units: list[tuple[int, int]] = []
+
+    def split(a: int, b: int) -> None:
+        if b - a == 1 or cost(a, b) <= budget:
+            units.append((a, b))
+            return
+        root = min(lcp[a + 1 : b])
+        start = a
+        for k in range(a + 1, b):
+            if lcp[k] == root:
+                split(start, k)
+                start = k
+        split(start, b)
+
+    if seqs:
+        split(0, len(seqs))
+    rows: list[list[int]] = []
+    used = 0
+    for a, b in units:
+        size = cost(a, b)
+        shared = lcp[a] if rows else 0
+        if not rows or used + size - shared > budget:
             rows.append([])
-            used, cost = 0, seq.shape[0]
-        rows[-1].append(i)
-        used += cost
-        prev = seq
-    return [build_forest([sequences[i] for i in row], row) for row in rows]
+            used, shared = 0, 0
+        rows[-1].extend(range(a, b))
+        used += size - shared
+    return [build_forest([seqs[k] for k in row], [order[k] for k in row]) for row in rows]

@@ -24,3 +24,11 @@ def test_cached_jars_need_no_maven(monkeypatch, tmp_path):
     (tmp_path / "kafka-4.4.0" / ".complete").touch()
     monkeypatch.setenv("PATH", "/nonexistent")
     assert kafka_runtime.kafka_jars("4.4.0", tmp_path) == lib
+
+
+def test_cluster_ids_never_look_like_options():
+    from infra.local_broker import _cluster_id
+
+    ids = [_cluster_id() for _ in range(2000)]
+    assert not any(i.startswith("-") for i in ids)
+    assert all(len(i) == 22 for i in ids)

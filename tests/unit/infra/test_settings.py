@@ -47,3 +47,17 @@ def test_invalid_yaml_is_a_config_error(tmp_path):
     config.write_text("infra: [unclosed\n")
     with pytest.raises(ConfigError, match="not valid YAML"):
         load_settings(InfraSettings, config, "infra")
+
+
+def test_command_line_overrides_win_over_env_and_file(tmp_path, monkeypatch):
+    config = tmp_path / "forge.yaml"
+    config.write_text("infra:\n  kafka_heap: 256m\n")
+    monkeypatch.setenv("FORGE_KAFKA_HEAP", "1g")
+    settings = load_settings(InfraSettings, config, "infra", {"kafka_heap": "2g", "home": None})
+    assert settings.kafka_heap == "2g"
+    assert isinstance(settings, InfraSettings)
+
+
+def test_bad_override_names_the_flag():
+    with pytest.raises(ConfigError, match="--kafka-port"):
+        load_settings(InfraSettings, overrides={"kafka_port": -1})

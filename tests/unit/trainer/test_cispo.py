@@ -45,3 +45,15 @@ def test_normalised_by_total_completion_tokens_of_the_batch():
     a = compute_cispo_loss(lp, lp, torch.ones(10), half, 0.2).loss
     b = compute_cispo_loss(lp, lp, torch.ones(10), torch.ones(10), 0.2).loss
     assert math.isclose(a.item(), 1.0) and math.isclose(b.item(), 1.0)
+
+
+def test_parts_normalised_by_the_batch_total_add_up_to_the_whole():
+    lp = torch.tensor([-1.0, -0.5, -2.0, -0.3, -0.9])
+    old = torch.tensor([-1.1, -1.0, -1.5, -0.2, -2.0])
+    adv = torch.tensor([1.0, -1.0, 0.5, 2.0, -0.5])
+    ones = torch.ones(5)
+    whole = compute_cispo_loss(lp, old, adv, ones, 0.2)
+    a = compute_cispo_loss(lp[:2], old[:2], adv[:2], ones[:2], 0.2, total_tokens=5)
+    b = compute_cispo_loss(lp[2:], old[2:], adv[2:], ones[2:], 0.2, total_tokens=5)
+    torch.testing.assert_close(a.loss + b.loss, whole.loss)
+    assert math.isclose(a.clip_fraction + b.clip_fraction, whole.clip_fraction)

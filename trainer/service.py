@@ -1,0 +1,201 @@
+"""The trainer process: ordered samples in, DeepSpeed CISPO steps, policy versions out.
+
+Step order makes a kill at any point safe: train → export weights → save a checkpoint holding
+the consumer offset and this step's records → publish them. A restart loads the checkpoint,
+re-publishes its records (consumers are idempotent on step and version) and resumes at the
+stored offset, so no sample is skipped or trained twice.
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+import time
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import torch
+from kafka import KafkaProducer
+
+from infra.kafka_clients import sync_producer
+from schemas import codec
+from schemas.records import PolicyUpdated, TrainSample, TrainStep
+from schemas.topics import BY_NAME, METRICS, POLICY, derived_train_topic
+from trainer.batch_loss import BatchStats, accumulate_batch_gradients
+from trainer.config import TrainerSettings
+from trainer.distributed import deepspeed_engine, gathered_state_dict
+from trainer.sample_source import SampleSource
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Paths:
+    checkpoints: Path
+    policies: Path
+    base_model: Path
+
+
+def resolve_paths(settings: TrainerSettings, home: Path) -> Paths:
+    return Paths(
+        checkpoints=settings.checkpoint_dir or home / "trainer" / "checkpoints",
+        policies=settings.policy_dir or home / "policies",
+        base_model=settings.base_model or home / "policies" / "base",
+    )
+
+
+def load_base_model(paths: Paths, seed: int) -> Any:
+    from transformers import AutoModelForCausalLM
+
+    if not (paths.base_model / "config.json").exists():
+        from infra.tiny_model import save_tiny_policy
+
+        save_tiny_policy(paths.base_model, seed=seed)
+    model = AutoModelForCausalLM.from_pretrained(paths.base_model, attn_implementation="sdpa")
+    return model.float()
+
+
+def staleness(samples: list[TrainSample], version: int) -> tuple[float, int]:
+    """Policy versions between each sample's oldest call and the policy being trained."""
+    lags = [
+        version - min((c.policy_version for c in s.trajectory.calls), default=version)
+        for s in samples
+    ]
+    return (sum(lags) / len(lags), max(lags)) if lags else (0.0, 0)
+
+
+class Trainer:
+    def __init__(self, settings: TrainerSettings, bootstrap: str, home: Path) -> None:
+        self.settings = settings
+        self.paths = resolve_paths(settings, home)
+        torch.manual_seed(settings.seed)
+        model = load_base_model(self.paths, settings.seed).to(settings.device)
+        self.engine = deepspeed_engine(model, settings)
+        self.producer: KafkaProducer = sync_producer(bootstrap)
+        self.step = 0
+        self.version = 0
+        start_offset = self._resume()
+        spec = BY_NAME.get(settings.topic) or derived_train_topic(settings.topic)
+        self.source = SampleSource(bootstrap, spec, self.producer, start_offset=start_offset)
+
+    def _resume(self) -> int:
+        if not (self.paths.checkpoints / "latest").exists():
+            self._export_and_announce(None)
+            return 0
+        _, client_state = self.engine.load_checkpoint(str(self.paths.checkpoints))
+        self.step = int(client_state["step"])
+        self.version = int(client_state["version"])
+        self._publish(client_state["records"])
+        log.info("resumed at step %d, offset %d", self.step, client_state["next_offset"])
+        return int(client_state["next_offset"])
+
+    def run(self, on_step: Any = None) -> int:
+        """Train until max_steps (or the topic idles with idle_exit_s); return steps taken."""
+        taken = 0
+        s = self.settings
+        while s.max_steps is None or self.step < s.max_steps:
+            batch = self.source.next_batch(s.batch_size, s.poll_timeout_s, s.idle_exit_s)
+            if not batch.samples:
+                break
+            started = time.perf_counter()
+            stats = self._train(batch.samples)
+            lag_mean, lag_max = staleness(batch.samples, self.version)
+            self.step += 1
+            self.version += 1
+            record = TrainStep(
+                step=self.step,
+                policy_version=self.version,
+                loss=stats.loss,
+                samples=len(batch.samples),
+                tokens=stats.tokens,
+                unique_tokens=stats.unique_tokens,
+                dedup_ratio=stats.dedup_ratio,
+                clip_fraction=stats.clip_fraction,
+                staleness_mean=lag_mean,
+                staleness_max=lag_max,
+                step_time_s=time.perf_counter() - started,
+                ts=datetime.now(UTC),
+                sample_ids=[x.sample_id for x in batch.samples],
+            )
+            self._export_and_announce(record, batch.next_offset)
+            taken += 1
+            if on_step is not None:
+                on_step(record)
+        return taken
+
+    def _train(self, samples: list[TrainSample]) -> BatchStats:
+        engine = self.engine
+        engine.train()
+
+        def backward(loss: torch.Tensor, last: bool) -> None:
+            engine.set_gradient_accumulation_boundary(last)
+            engine.backward(loss, scale_wrt_gas=False)
+
+        stats = accumulate_batch_gradients(
+            engine,
+            samples,
+            backward,
+            eps_high=self.settings.eps_high,
+            max_row_tokens=self.settings.max_row_tokens,
+            use_flex=self.settings.use_flex,
+        )
+        engine.set_gradient_accumulation_boundary(True)
+        engine.step()
+        return stats
+
+    def _export_and_announce(self, record: TrainStep | None, next_offset: int = 0) -> None:
+        policy = self._export_policy()
+        records = [(POLICY.name, codec.encode(policy))]
+        if record is not None:
+            records.insert(0, (METRICS.name, codec.encode(record)))
+            self.engine.save_checkpoint(
+                str(self.paths.checkpoints),
+                tag=f"step{self.step:08d}",
+                client_state={
+                    "step": self.step,
+                    "version": self.version,
+                    "next_offset": next_offset,
+                    "records": records,
+                },
+            )
+            self._prune(self.paths.checkpoints, "step")
+        self._publish(records)
+
+    def _export_policy(self) -> PolicyUpdated:
+        target = self.paths.policies / f"v{self.version:06d}"
+        state = gathered_state_dict(self.engine, self.settings.zero_stage)
+        tmp = target.with_suffix(".tmp")
+        shutil.rmtree(tmp, ignore_errors=True)
+        self.engine.module.save_pretrained(tmp, state_dict=state)
+        shutil.rmtree(target, ignore_errors=True)
+        tmp.rename(target)
+        self._prune(self.paths.policies, "v")
+        return PolicyUpdated(
+            version=self.version,
+            step=self.step,
+            checkpoint_uri=target.resolve().as_uri(),
+            ts=datetime.now(UTC),
+        )
+
+    def _prune(self, directory: Path, prefix: str) -> None:
+        kept = sorted(p for p in directory.glob(f"{prefix}*") if p.is_dir())
+        for old in kept[: -self.settings.keep_policies]:
+            shutil.rmtree(old, ignore_errors=True)
+
+    def _publish(self, records: list[tuple[str, bytes]]) -> None:
+        topics = {
+            METRICS.name: self.settings.metrics_topic,
+            POLICY.name: self.settings.policy_topic,
+        }
+        futures = [
+            self.producer.send(topics[name], value, key=b"policy" if name == POLICY.name else None)
+            for name, value in records
+        ]
+        for future in futures:
+            future.get(timeout=30)
+
+    def close(self) -> None:
+        self.source.close()
+        self.producer.close()
