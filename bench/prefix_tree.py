@@ -3,8 +3,10 @@
 A batch is a group of G rollouts x T turns: a shared system prompt, then per turn an
 observation and a completion appended to the rollout's context (each call's prompt extends the
 previous call's prompt+completion). Naive = every call as its own sequence; tree = the batch
-packed into prefix-tree rows of at most --budget unique tokens. Both compute the CISPO loss
-over every call's completion tokens and backpropagate.
+packed into prefix-tree rows of at most --budget unique tokens. Naive = every call as its own
+sequence, in right-padded micro-batches of at most --budget padded tokens. Both compute the
+CISPO loss over every call's completion tokens and back-propagate one micro-batch / row at a
+time, so both are bounded by the same token budget.
 
     python bench/prefix_tree.py [--turns 1 5 20] [--device cuda --flex]
 """
@@ -12,8 +14,11 @@ over every call's completion tokens and backpropagate.
 from __future__ import annotations
 
 import argparse
+import ctypes
+import ctypes.util
 import statistics
 import time
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -25,7 +30,7 @@ from infra.tiny_model import build_model
 from trainer.cispo import compute_cispo_loss
 from trainer.prefix_tree import pack_rows
 from trainer.sequences import CallSequence
-from trainer.tree_forward import naive_logprobs, tree_logprobs
+from trainer.tree_forward import tree_logprobs
 
 
 def agent_batch(group: int, turns: int, system: int, obs: int, completion: int, vocab: int):
@@ -56,11 +61,44 @@ def part_loss(calls, logprobs, total):
     return compute_cispo_loss(lp, old, adv, torch.ones_like(lp), 0.2, total).loss
 
 
-def run_naive(model, calls):
-    """Each call its own forward+backward (gradient accumulation), memory bounded per call."""
+def naive_microbatches(calls, budget):
+    """Calls sorted by length, grouped so that batch x longest <= budget padded tokens."""
+    order = sorted(range(len(calls)), key=lambda i: calls[i].tokens.shape[0])
+    batches, current = [], []
+    for i in order:
+        longest = calls[i].tokens.shape[0]
+        if current and (len(current) + 1) * longest > budget:
+            batches.append(current)
+            current = []
+        current.append(i)
+    return [*batches, current] if current else batches
+
+
+def padded_logprobs(model, calls):
+    """Completion log-probs of calls run as one right-padded batch with a plain causal mask."""
+    longest = max(c.tokens.shape[0] for c in calls)
+    ids = torch.zeros((len(calls), longest), dtype=torch.long)
+    mask = torch.zeros((len(calls), longest), dtype=torch.long)
+    for row, c in enumerate(calls):
+        ids[row, : c.tokens.shape[0]] = torch.from_numpy(c.tokens.astype(np.int64))
+        mask[row, : c.tokens.shape[0]] = 1
+    device = next(model.parameters()).device
+    logits = model(input_ids=ids.to(device), attention_mask=mask.to(device)).logits.float()
+    out = []
+    for row, c in enumerate(calls):
+        pos = torch.arange(c.prompt_len, c.tokens.shape[0], device=device)
+        rows = logits[row, pos - 1]
+        tgt = ids[row, pos.cpu()].to(device)
+        out.append(rows.gather(1, tgt[:, None]).squeeze(1) - torch.logsumexp(rows, -1))
+    return out
+
+
+def run_naive(model, calls, batches):
+    """Every call as its own sequence, in padded micro-batches of the tree's token budget."""
     total = sum(c.completion_len for c in calls)
-    for call in calls:
-        part_loss([call], naive_logprobs(model, [call]), total).backward()
+    for batch in batches:
+        members = [calls[i] for i in batch]
+        part_loss(members, padded_logprobs(model, members), total).backward()
 
 
 def run_tree(model, calls, rows, flex):
@@ -71,7 +109,13 @@ def run_tree(model, calls, rows, flex):
         part_loss([calls[i] for i in row.sequence_ids], lps, total).backward()
 
 
+LIBC = ctypes.CDLL(ctypes.util.find_library("c"))
+M_MMAP_THRESHOLD = -3
+
+
 def peak_rss_reset() -> None:
+    """Give freed heap back to the OS, then restart the kernel's peak-RSS counter (VmHWM)."""
+    LIBC.malloc_trim(0)
     Path("/proc/self/clear_refs").write_text("5")
 
 
@@ -123,6 +167,9 @@ def main() -> None:
     parser.add_argument("--flex", action="store_true", help="flex_attention for tree rows (GPU)")
     args = parser.parse_args()
 
+    # Large tensors go straight to mmap and back to the OS when freed, so RSS tracks live
+    # memory and each measurement's peak is its own, not the high-water mark of a previous one.
+    LIBC.mallopt(M_MMAP_THRESHOLD, 64 * 1024)
     torch.manual_seed(0)
     model = build_model(args.vocab, hidden=args.hidden, layers=args.layers).to(args.device)
     params = sum(p.numel() for p in model.parameters())
@@ -140,13 +187,16 @@ def main() -> None:
         rows = pack_rows([c.tokens for c in calls], args.budget)
         naive_tokens = sum(c.tokens.shape[0] for c in calls)
         unique = sum(r.num_tokens for r in rows)
+        batches = naive_microbatches(calls, args.budget)
         run_tree(model, calls, rows, args.flex)  # warm-up both paths
-        run_naive(model, calls)
+        run_naive(model, calls, batches)
         model.zero_grad(set_to_none=True)
-        t_naive, m_naive = measure(lambda: run_naive(model, calls), args.device, args.repeats)
+        t_naive, m_naive = measure(
+            partial(run_naive, model, calls, batches), args.device, args.repeats
+        )
         model.zero_grad(set_to_none=True)
         t_tree, m_tree = measure(
-            lambda: run_tree(model, calls, rows, args.flex), args.device, args.repeats
+            partial(run_tree, model, calls, rows, args.flex), args.device, args.repeats
         )
         model.zero_grad(set_to_none=True)
         dedup = naive_tokens / unique

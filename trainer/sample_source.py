@@ -38,7 +38,7 @@ class SampleSource:
         self.position = start_offset
 
     def next_batch(self, size: int, poll_timeout_s: float, idle_exit_s: float | None) -> Batch:
-        """Block until ``size`` samples arrived (or, with ``idle_exit_s``, until the topic idles)."""
+        """Block until ``size`` samples arrived, or with ``idle_exit_s`` until the topic idles."""
         samples: list[TrainSample] = []
         idle_since = time.monotonic()
         while len(samples) < size:

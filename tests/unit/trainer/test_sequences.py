@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import dataclasses
+import itertools
 
 import numpy as np
 import pytest
@@ -13,7 +14,7 @@ def test_delta_encoded_calls_are_rebuilt_in_full():
     sample = train_sample(0, turns=3)
     seqs = call_sequences([sample])
     assert len(seqs) == 3
-    for earlier, later in zip(seqs, seqs[1:], strict=False):
+    for earlier, later in itertools.pairwise(seqs):
         # each prompt extends the previous call's prompt + completion
         np.testing.assert_array_equal(later.tokens[: earlier.tokens.shape[0]], earlier.tokens)
     calls = sample.trajectory.calls
