@@ -133,6 +133,25 @@ def require_bootstrap(settings: InfraSettings) -> str:
 
 
 @main.command()
+@click.option("--host", help="Interface to bind (default 127.0.0.1).")
+@click.option("--port", type=int, help="Port to listen on (default 8000).")
+@click.option("--engine", type=click.Choice(["embedded", "vllm"]), help="Engine backend.")
+@click.pass_context
+def gateway(ctx: click.Context, host: str | None, port: int | None, engine: str | None) -> None:
+    """Serve the OpenAI-compatible gateway (needs FORGE_GATEWAY_ADMIN_KEY)."""
+    from gateway.config import GatewaySettings
+
+    infra = infra_settings(ctx)
+    overrides = {"host": host, "port": port, "engine": engine}
+    settings = load_settings(GatewaySettings, ctx.find_root().obj, "gateway", overrides)
+    bootstrap = require_bootstrap(infra)
+    from gateway.server import serve
+
+    console.print(f"gateway on {settings.public_url} ({settings.engine} engine), Kafka {bootstrap}")
+    serve(settings, bootstrap, infra.home)
+
+
+@main.command()
 @click.option("--topic", help="Ordered sample topic (default forge.train; or a replay's topic).")
 @click.option("--max-steps", type=int, help="Stop after this many optimizer steps.")
 @click.option("--batch-size", type=int, help="Samples per step.")

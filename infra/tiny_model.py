@@ -11,14 +11,16 @@ from pathlib import Path
 from typing import Any
 
 CHATML_TEMPLATE = (
+    "{% if tools %}<|im_start|>system\nTools: {{ tools | tojson }}<|im_end|>\n{% endif %}"
     "{% for m in messages %}<|im_start|>{{ m['role'] }}\n"
     "{% if m['content'] is string %}{{ m['content'] }}{% endif %}"
-    "{% if m.get('tool_calls') %}{% for c in m['tool_calls'] %}<tool_call>"
-    "{{ c['function']['name'] }} {{ c['function']['arguments'] }}</tool_call>"
-    "{% endfor %}{% endif %}"
+    "{% for c in m.get('tool_calls') or [] %}<tool_call>\n"
+    "{\"name\": \"{{ c['function']['name'] }}\", \"arguments\": {{ c['function']['arguments'] }}}"
+    "\n</tool_call>{% endfor %}"
     "<|im_end|>\n{% endfor %}"
     "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
 )
+"""ChatML with Qwen-style tool calls: ``<tool_call>\n{"name": …, "arguments": …}\n</tool_call>``."""
 SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<tool_call>", "</tool_call>"]
 
 DEFAULT_CORPUS = [

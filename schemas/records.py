@@ -69,6 +69,7 @@ class ModelRequest(Record):
     prompt_token_ids: IntArray = int32s()
     prompt_len: int = 0
     parent_call_id: str | None = None
+    parent_choice_index: int = 0
     shared_prefix_len: int = 0
     retokenization_drift: bool = False
     temperature: float | None = None

@@ -1,0 +1,60 @@
+"""Gateway settings (env prefix FORGE_GATEWAY_, config-file section `gateway`)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+from pydantic import Field, SecretStr, field_validator, model_validator
+from pydantic_settings import SettingsConfigDict
+
+from infra.settings import ForgeSettings
+from schemas.topics import EVENTS, POLICY, QUEUE
+
+INSECURE_KEYS = {"", "changeme", "admin", "secret", "password"}
+
+
+class GatewaySettings(ForgeSettings):
+    model_config = SettingsConfigDict(env_prefix="FORGE_GATEWAY_", extra="forbid")
+
+    host: str = "127.0.0.1"
+    port: int = Field(default=8000, ge=0, le=65535)
+    public_url: str | None = Field(
+        default=None, description="Base URL agents reach the gateway at; default http://host:port."
+    )
+    admin_key: SecretStr = Field(description="Bearer key for lifecycle/admin endpoints.")
+    engine: Literal["embedded", "vllm"] = "embedded"
+    model_dir: Path | None = Field(
+        default=None, description="HF model + tokenizer dir; default FORGE_HOME/policies/base."
+    )
+    served_model_name: str = "forge-policy"
+    vllm_url: str = "http://127.0.0.1:8001"
+    vllm_policy_link: Path | None = Field(
+        default=None,
+        description="Symlink the vLLM server loads from; repointed to each new policy version.",
+    )
+    max_batch_size: int = Field(default=16, ge=1, description="Rows per embedded micro-batch.")
+    batch_wait_ms: float = Field(default=2.0, ge=0, description="Micro-batch gathering window.")
+    max_context_tokens: int = Field(default=4096, ge=16)
+    default_max_tokens: int = Field(default=256, ge=1)
+    rollout_timeout_s: float = Field(default=600.0, gt=0)
+    max_body_bytes: int = Field(default=8 * 1024 * 1024, ge=1024)
+    produce_timeout_s: float = Field(default=10.0, gt=0)
+    events_topic: str = EVENTS.name
+    queue_topic: str = QUEUE.name
+    policy_topic: str = POLICY.name
+    follow_policy: bool = Field(default=True, description="Load each PolicyUpdated as it arrives.")
+
+    @field_validator("admin_key")
+    @classmethod
+    def _refuse_insecure(cls, value: SecretStr) -> SecretStr:
+        secret = value.get_secret_value()
+        if secret.lower() in INSECURE_KEYS or len(secret) < 16:
+            raise ValueError("must be at least 16 characters and not a well-known default")
+        return value
+
+    @model_validator(mode="after")
+    def _default_public_url(self) -> GatewaySettings:
+        if self.public_url is None:
+            self.public_url = f"http://{self.host}:{self.port}"
+        return self

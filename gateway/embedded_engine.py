@@ -1,0 +1,221 @@
+"""An in-process transformers engine with asyncio micro-batching (CPU default, tiny models).
+
+Requests arriving within ``batch_wait_ms`` of each other share one batched decode loop (left
+padding, KV cache). Log-probs are those of the raw model distribution, before temperature
+and top-p — the π_old that CISPO's importance ratio needs. New policy weights are swapped in
+between batches, so every generation is produced by exactly one, known policy version.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlparse
+
+import numpy as np
+import torch
+
+from gateway.engine import Generation, PolicyState, SamplingParams
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class _Pending:
+    prompt_ids: list[int]
+    params: SamplingParams
+    future: asyncio.Future[list[Generation]] = field(repr=False)
+
+
+@dataclass
+class _Row:
+    request: int
+    choice: int
+    generator: torch.Generator | None
+    tokens: list[int] = field(default_factory=list)
+    logprobs: list[float] = field(default_factory=list)
+    finish_reason: str | None = None
+    text: str = ""
+
+
+def load_model(model_dir: Path) -> tuple[Any, Any]:
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    model = AutoModelForCausalLM.from_pretrained(model_dir, attn_implementation="sdpa").float()
+    model.eval()
+    return model, tokenizer
+
+
+def _sample(logits: torch.Tensor, params: SamplingParams, gen: torch.Generator | None) -> int:
+    if params.temperature <= 0:
+        return int(torch.argmax(logits))
+    probs = torch.softmax(logits / params.temperature, dim=-1)
+    if params.top_p < 1.0:
+        sorted_probs, order = torch.sort(probs, descending=True)
+        keep = torch.cumsum(sorted_probs, dim=-1) - sorted_probs < params.top_p
+        probs = torch.zeros_like(probs).scatter_(0, order[keep], sorted_probs[keep])
+    return int(torch.multinomial(probs, 1, generator=gen))
+
+
+class EmbeddedEngine:
+    def __init__(
+        self, model_dir: Path, *, max_batch_size: int, batch_wait_ms: float, max_context: int
+    ) -> None:
+        self.model, self.tokenizer = load_model(model_dir)
+        self.max_batch_size = max_batch_size
+        self.batch_wait_s = batch_wait_ms / 1000
+        self.max_context = max_context
+        self.policy = PolicyState()
+        self._queue: asyncio.Queue[_Pending] = asyncio.Queue()
+        self._pending_weights: tuple[int, str, dict[str, torch.Tensor]] | None = None
+        self._worker: asyncio.Task[None] | None = None
+        self.eos_id = self.tokenizer.eos_token_id
+        self.pad_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
+
+    @property
+    def policy_version(self) -> int:
+        return self.policy.version
+
+    async def start(self) -> None:
+        self._worker = asyncio.create_task(self._run(), name="embedded-engine")
+
+    async def close(self) -> None:
+        if self._worker is not None:
+            self._worker.cancel()
+            await asyncio.gather(self._worker, return_exceptions=True)
+
+    async def generate(self, prompt_ids: list[int], params: SamplingParams) -> list[Generation]:
+        future: asyncio.Future[list[Generation]] = asyncio.get_running_loop().create_future()
+        await self._queue.put(_Pending(prompt_ids, params, future))
+        return await future
+
+    async def load_policy(self, version: int, uri: str) -> None:
+        if version <= self.policy.version and self.policy.uri is not None:
+            return
+        path = Path(urlparse(uri).path)
+        state = await asyncio.to_thread(_read_weights, path)
+        self._pending_weights = (version, uri, state)
+
+    def _apply_pending_weights(self) -> None:
+        if self._pending_weights is None:
+            return
+        version, uri, state = self._pending_weights
+        self._pending_weights = None
+        self.model.load_state_dict(state, strict=False)
+        self.policy = PolicyState(version, uri, [*self.policy.history, version])
+        log.info("serving policy v%d from %s", version, uri, extra={"policy_version": version})
+
+    async def _run(self) -> None:
+        while True:
+            batch = [await self._queue.get()]
+            rows = batch[0].params.n
+            deadline = asyncio.get_running_loop().time() + self.batch_wait_s
+            while rows < self.max_batch_size:
+                timeout = deadline - asyncio.get_running_loop().time()
+                try:
+                    item = await asyncio.wait_for(self._queue.get(), max(timeout, 0))
+                except TimeoutError:
+                    break
+                batch.append(item)
+                rows += item.params.n
+            self._apply_pending_weights()
+            try:
+                results = await asyncio.to_thread(self._generate_batch, batch)
+            except Exception as exc:  # one bad batch must not kill the engine
+                for item in batch:
+                    if not item.future.done():
+                        item.future.set_exception(exc)
+                continue
+            for item, result in zip(batch, results, strict=True):
+                if not item.future.done():
+                    item.future.set_result(result)
+
+    @torch.no_grad()
+    def _generate_batch(self, batch: list[_Pending]) -> list[list[Generation]]:
+        version = self.policy.version
+        rows: list[_Row] = []
+        prompts: list[list[int]] = []
+        for r, item in enumerate(batch):
+            for choice in range(item.params.n):
+                gen = None
+                if item.params.seed is not None:
+                    gen = torch.Generator().manual_seed(item.params.seed + choice)
+                rows.append(_Row(r, choice, gen))
+                prompts.append(item.prompt_ids)
+        width = max(len(p) for p in prompts)
+        ids = torch.full((len(rows), width), self.pad_id, dtype=torch.long)
+        mask = torch.zeros((len(rows), width), dtype=torch.long)
+        for i, p in enumerate(prompts):
+            ids[i, width - len(p) :] = torch.tensor(p, dtype=torch.long)
+            mask[i, width - len(p) :] = 1
+        positions = (mask.cumsum(-1) - 1).clamp_min(0)
+        out = self.model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True)
+        cache, logits = out.past_key_values, out.logits[:, -1]
+        max_new = max(batch[row.request].params.max_tokens for row in rows)
+        for _ in range(max_new):
+            logp = torch.log_softmax(logits.float(), dim=-1)
+            next_ids = torch.full((len(rows),), self.pad_id, dtype=torch.long)
+            for i, row in enumerate(rows):
+                if row.finish_reason is not None:
+                    continue
+                params = batch[row.request].params
+                token = _sample(logits[i].float(), params, row.generator)
+                row.tokens.append(token)
+                row.logprobs.append(float(logp[i, token]))
+                next_ids[i] = token
+                self._check_finished(row, params)
+            if all(row.finish_reason is not None for row in rows):
+                break
+            mask = torch.cat([mask, torch.ones((len(rows), 1), dtype=torch.long)], dim=1)
+            positions = positions[:, -1:] + 1
+            out = self.model(
+                input_ids=next_ids[:, None],
+                attention_mask=mask,
+                position_ids=positions,
+                past_key_values=cache,
+                use_cache=True,
+            )
+            cache, logits = out.past_key_values, out.logits[:, -1]
+        results: list[list[Generation]] = [[] for _ in batch]
+        for row in rows:
+            results[row.request].append(
+                Generation(
+                    token_ids=np.asarray(row.tokens, dtype=np.int32),
+                    logprobs=np.asarray(row.logprobs, dtype=np.float32),
+                    text=row.text,
+                    finish_reason=row.finish_reason or "length",
+                    policy_version=version,
+                )
+            )
+        return results
+
+    def _check_finished(self, row: _Row, params: SamplingParams) -> None:
+        if row.tokens[-1] == self.eos_id:
+            row.text = self.tokenizer.decode(row.tokens[:-1], skip_special_tokens=False)
+            row.finish_reason = "stop"
+            return
+        text = self.tokenizer.decode(row.tokens, skip_special_tokens=False)
+        for stop in params.stop:
+            at = text.find(stop)
+            if at >= 0:
+                row.text, row.finish_reason = text[:at], "stop"
+                return
+        row.text = text
+        if len(row.tokens) >= params.max_tokens:
+            row.finish_reason = "length"
+
+
+def _read_weights(path: Path) -> dict[str, torch.Tensor]:
+    from safetensors.torch import load_file
+
+    files = sorted(path.glob("*.safetensors"))
+    if not files:
+        raise FileNotFoundError(f"no .safetensors weights in {path}")
+    state: dict[str, torch.Tensor] = {}
+    for f in files:
+        state.update(load_file(f))
+    return state

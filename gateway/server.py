@@ -1,0 +1,64 @@
+"""Building and serving the gateway process: engine from settings, uvicorn with uvloop."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import uvicorn
+
+from gateway.config import GatewaySettings
+from gateway.engine import Engine
+from gateway.event_log import EventLog
+
+
+def model_dir(settings: GatewaySettings, home: Path) -> Path:
+    """The policy the engine starts from; the tiny local one is built on first use."""
+    directory = settings.model_dir or home / "policies" / "base"
+    if not (directory / "config.json").exists():
+        from infra.tiny_model import save_tiny_policy
+
+        save_tiny_policy(directory)
+    return directory
+
+
+def build_engine(settings: GatewaySettings, home: Path) -> Engine:
+    directory = model_dir(settings, home)
+    if settings.engine == "vllm":
+        from transformers import AutoTokenizer
+
+        from gateway.vllm_engine import VllmEngine
+
+        return VllmEngine(
+            settings.vllm_url,
+            AutoTokenizer.from_pretrained(directory),
+            model_name=settings.served_model_name,
+            policy_link=settings.vllm_policy_link,
+        )
+    from gateway.embedded_engine import EmbeddedEngine
+
+    return EmbeddedEngine(
+        directory,
+        max_batch_size=settings.max_batch_size,
+        batch_wait_ms=settings.batch_wait_ms,
+        max_context=settings.max_context_tokens,
+    )
+
+
+def serve(
+    settings: GatewaySettings, bootstrap: str, home: Path, engine: Engine | None = None
+) -> None:
+    from gateway.app import create_app
+
+    events = EventLog(
+        bootstrap, settings.events_topic, settings.queue_topic, timeout_s=settings.produce_timeout_s
+    )
+    app = create_app(settings, engine or build_engine(settings, home), events, bootstrap=bootstrap)
+    uvicorn.run(
+        app,
+        host=settings.host,
+        port=settings.port,
+        loop="uvloop",
+        http="httptools",
+        log_level="warning",
+        access_log=False,
+    )
