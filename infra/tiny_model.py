@@ -70,7 +70,6 @@ def build_model(vocab_size: int, *, seed: int = 0, hidden: int = 128, layers: in
         num_key_value_heads=2,
         max_position_embeddings=4096,
         tie_word_embeddings=True,
-        attn_implementation="sdpa",
     )
     torch.manual_seed(seed)
     model = Qwen2ForCausalLM(config)

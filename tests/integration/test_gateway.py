@@ -97,9 +97,10 @@ def test_tools_are_rendered_and_tool_results_pass_through(gw):
     ]
     history = [
         *CHAT,
-        {"role": "assistant", "content": None, "tool_calls": [
-            {"id": "call_1", "type": "function", "function": {"name": "calculator", "arguments": "{\"expression\": \"3*7\"}"}}
-        ]},
+        {"role": "assistant", "content": None, "tool_calls": [{
+            "id": "call_1", "type": "function",
+            "function": {"name": "calculator", "arguments": '{"expression": "3*7"}'},
+        }]},
         {"role": "tool", "tool_call_id": "call_1", "content": "21"},
     ]  # fmt: skip
     reply = client.chat.completions.create(
@@ -226,8 +227,11 @@ def test_bad_input_gets_clear_errors_and_writes_nothing(gw):
 
 def test_metrics_endpoint(gw):
     text = httpx.get(f"{gw.url}/metrics").text
-    for name in ("forge_gateway_requests_total", "forge_gateway_request_seconds", "forge_gateway_tokens_total",
-                 "forge_gateway_retokenization_drift_total", "forge_gateway_produce_seconds"):  # fmt: skip
+    for name in (
+        "forge_gateway_requests_total", "forge_gateway_request_seconds",
+        "forge_gateway_tokens_total", "forge_gateway_retokenization_drift_total",
+        "forge_gateway_produce_seconds",
+    ):  # fmt: skip
         assert name in text
 
 
