@@ -30,6 +30,13 @@ class _Pending:
     future: asyncio.Future[list[Generation]] = field(repr=False)
 
 
+@dataclass(frozen=True)
+class _Reload:
+    version: int
+    uri: str
+    state: dict[str, torch.Tensor] = field(repr=False)
+
+
 @dataclass
 class _Row:
     request: int
@@ -70,8 +77,7 @@ class EmbeddedEngine:
         self.batch_wait_s = batch_wait_ms / 1000
         self.max_context = max_context
         self.policy = PolicyState()
-        self._queue: asyncio.Queue[_Pending] = asyncio.Queue()
-        self._pending_weights: tuple[int, str, dict[str, torch.Tensor]] | None = None
+        self._queue: asyncio.Queue[_Pending | _Reload] = asyncio.Queue()
         self._worker: asyncio.Task[None] | None = None
         self.eos_id = self.tokenizer.eos_token_id
         self.pad_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
@@ -94,45 +100,55 @@ class EmbeddedEngine:
         return await future
 
     async def load_policy(self, version: int, uri: str) -> None:
+        """Queue new weights: requests queued before them still get the old policy."""
         if version <= self.policy.version and self.policy.uri is not None:
             return
-        path = Path(urlparse(uri).path)
-        state = await asyncio.to_thread(_read_weights, path)
-        self._pending_weights = (version, uri, state)
+        state = await asyncio.to_thread(_read_weights, Path(urlparse(uri).path))
+        await self._queue.put(_Reload(version, uri, state))
 
-    def _apply_pending_weights(self) -> None:
-        if self._pending_weights is None:
-            return
-        version, uri, state = self._pending_weights
-        self._pending_weights = None
-        self.model.load_state_dict(state, strict=False)
-        self.policy = PolicyState(version, uri, [*self.policy.history, version])
-        log.info("serving policy v%d from %s", version, uri, extra={"policy_version": version})
+    def _apply(self, reload: _Reload) -> None:
+        self.model.load_state_dict(reload.state, strict=False)
+        self.policy = PolicyState(
+            reload.version, reload.uri, [*self.policy.history, reload.version]
+        )
+        log.info("serving policy v%d from %s", reload.version, reload.uri,
+                 extra={"policy_version": reload.version})  # fmt: skip
 
     async def _run(self) -> None:
         while True:
-            batch = [await self._queue.get()]
-            rows = batch[0].params.n
-            deadline = asyncio.get_running_loop().time() + self.batch_wait_s
-            while rows < self.max_batch_size:
-                timeout = deadline - asyncio.get_running_loop().time()
-                try:
-                    item = await asyncio.wait_for(self._queue.get(), max(timeout, 0))
-                except TimeoutError:
-                    break
-                batch.append(item)
-                rows += item.params.n
-            self._apply_pending_weights()
+            first = await self._queue.get()
+            if isinstance(first, _Reload):
+                self._apply(first)
+                continue
+            batch, reload = await self._gather(first)
             try:
                 results = await asyncio.to_thread(self._generate_batch, batch)
             except Exception as exc:  # one bad batch must not kill the engine
                 for item in batch:
                     if not item.future.done():
                         item.future.set_exception(exc)
-                continue
-            for item, result in zip(batch, results, strict=True):
-                if not item.future.done():
-                    item.future.set_result(result)
+            else:
+                for item, result in zip(batch, results, strict=True):
+                    if not item.future.done():
+                        item.future.set_result(result)
+            if reload is not None:
+                self._apply(reload)
+
+    async def _gather(self, first: _Pending) -> tuple[list[_Pending], _Reload | None]:
+        """Requests arriving within the batching window, up to a reload that must come after."""
+        loop = asyncio.get_running_loop()
+        batch, rows = [first], first.params.n
+        deadline = loop.time() + self.batch_wait_s
+        while rows < self.max_batch_size:
+            try:
+                item = await asyncio.wait_for(self._queue.get(), max(deadline - loop.time(), 0))
+            except TimeoutError:
+                break
+            if isinstance(item, _Reload):
+                return batch, item
+            batch.append(item)
+            rows += item.params.n
+        return batch, None
 
     @torch.no_grad()
     def _generate_batch(self, batch: list[_Pending]) -> list[list[Generation]]:
