@@ -62,7 +62,7 @@ def create_fake_vllm() -> FastAPI:
                 "prompt_tokens": len(prompt),
                 "completion_tokens": completion,
                 "total_tokens": len(prompt) + completion,
-            },  # fmt: skip
+            },
             "kv_transfer_params": None,
         }
 
