@@ -35,7 +35,7 @@ from gateway.errors import (
     PermissionDeniedError,
 )
 from gateway.event_log import EventLog
-from gateway.metrics import GatewayMetrics
+from gateway.metrics import GatewayMetrics, MetricsMiddleware
 from gateway.policy_follower import follow_policy
 from gateway.rollouts import (
     CallRecord,
@@ -290,10 +290,7 @@ def _routes(gw: Gateway) -> APIRouter:
     ) -> Response:
         rollout = gw.rollout_for(request, rollout_id, open_only=True)
         messages = [m.model_dump(exclude_none=True) for m in body.messages]
-        encoded = gw.engine.tokenizer.apply_chat_template(
-            messages, tools=body.tools, add_generation_prompt=True, tokenize=True, return_dict=True
-        )
-        prompt_ids = list(encoded["input_ids"])
+        prompt_ids = gw.engine.tokenizer.encode_chat(messages, body.tools)
         params = gw.sampling(body, body.token_limit(), len(prompt_ids))
         conversation = tuple(normalise_message(m) for m in messages)
         call_id, generations = await gw.call(
@@ -316,7 +313,7 @@ def _routes(gw: Gateway) -> APIRouter:
             else body.prompt
         )
         if isinstance(prompt, str):
-            prompt_ids = list(gw.engine.tokenizer.encode(prompt, add_special_tokens=False))
+            prompt_ids = gw.engine.tokenizer.encode(prompt)
         else:
             prompt_ids = [int(t) for t in prompt]
         params = gw.sampling(body, body.max_tokens, len(prompt_ids))
@@ -385,16 +382,6 @@ def _install_error_handlers(app: FastAPI, gw: Gateway) -> None:
             protocol.error_body(str(exc.detail), "invalid_request_error"), exc.status_code
         )
 
-    @app.middleware("http")
-    async def observe(request: Request, call_next: Any) -> Response:
-        started = time.perf_counter()
-        response: Response = await call_next(request)
-        route = request.scope.get("route")
-        endpoint = getattr(route, "path", "unmatched")
-        gw.metrics.requests.labels(endpoint, str(response.status_code)).inc()
-        gw.metrics.latency.labels(endpoint).observe(time.perf_counter() - started)
-        return response
-
 
 def create_app(
     settings: GatewaySettings, engine: Engine, events: EventLog, *, bootstrap: str | None = None
@@ -427,6 +414,7 @@ def create_app(
     app.include_router(_routes(gw))
     _install_error_handlers(app, gw)
     app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_body_bytes)
+    app.add_middleware(MetricsMiddleware, metrics=gw.metrics)
     return app
 
 

@@ -18,6 +18,7 @@ from urllib.parse import urlparse
 import numpy as np
 import torch
 
+from gateway.chat_tokenizer import ChatTokenizer
 from gateway.engine import Generation, PolicyState, SamplingParams
 
 log = logging.getLogger(__name__)
@@ -48,13 +49,12 @@ class _Row:
     text: str = ""
 
 
-def load_model(model_dir: Path) -> tuple[Any, Any]:
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+def load_model(model_dir: Path) -> Any:
+    from transformers import AutoModelForCausalLM
 
-    tokenizer = AutoTokenizer.from_pretrained(model_dir)
     model = AutoModelForCausalLM.from_pretrained(model_dir, attn_implementation="sdpa").float()
     model.eval()
-    return model, tokenizer
+    return model
 
 
 def _sample(logits: torch.Tensor, params: SamplingParams, gen: torch.Generator | None) -> int:
@@ -72,7 +72,8 @@ class EmbeddedEngine:
     def __init__(
         self, model_dir: Path, *, max_batch_size: int, batch_wait_ms: float, max_context: int
     ) -> None:
-        self.model, self.tokenizer = load_model(model_dir)
+        self.model = load_model(model_dir)
+        self.tokenizer = ChatTokenizer(model_dir)
         self.max_batch_size = max_batch_size
         self.batch_wait_s = batch_wait_ms / 1000
         self.max_context = max_context

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Protocol
 
 import numpy as np
 import numpy.typing as npt
+
+from gateway.chat_tokenizer import ChatTokenizer
 
 
 @dataclass(frozen=True)
@@ -41,7 +43,7 @@ class PolicyState:
 class Engine(Protocol):
     """A text-generation backend that reports token ids, log-probs and policy version."""
 
-    tokenizer: Any
+    tokenizer: ChatTokenizer
 
     @property
     def policy_version(self) -> int: ...

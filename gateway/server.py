@@ -24,13 +24,12 @@ def model_dir(settings: GatewaySettings, home: Path) -> Path:
 def build_engine(settings: GatewaySettings, home: Path) -> Engine:
     directory = model_dir(settings, home)
     if settings.engine == "vllm":
-        from transformers import AutoTokenizer
-
+        from gateway.chat_tokenizer import ChatTokenizer
         from gateway.vllm_engine import VllmEngine
 
         return VllmEngine(
             settings.vllm_url,
-            AutoTokenizer.from_pretrained(directory),
+            ChatTokenizer(directory),
             model_name=settings.served_model_name,
             policy_link=settings.vllm_policy_link,
         )

@@ -20,6 +20,7 @@ from urllib.parse import urlparse
 import httpx
 import numpy as np
 
+from gateway.chat_tokenizer import ChatTokenizer
 from gateway.engine import Generation, PolicyState, SamplingParams
 from gateway.errors import EngineError
 
@@ -54,7 +55,7 @@ class VllmEngine:
     def __init__(
         self,
         base_url: str,
-        tokenizer: Any,
+        tokenizer: ChatTokenizer | None,
         *,
         model_name: str,
         policy_link: Path | None,

@@ -45,9 +45,7 @@ def test_sync_sdk_chat_call_is_captured_exactly(gw):
     assert reply.choices[0].message.role == "assistant"
     (request,) = payloads(gw, rollout["rollout_id"], ModelRequest)
     (response,) = payloads(gw, rollout["rollout_id"], ModelResponse)
-    expected = gw.engine.tokenizer.apply_chat_template(
-        CHAT, add_generation_prompt=True, tokenize=True, return_dict=True
-    )["input_ids"]
+    expected = gw.engine.tokenizer.encode_chat(CHAT)
     np.testing.assert_array_equal(request.prompt_token_ids, expected)
     assert request.parent_call_id is None and request.prompt_len == len(expected)
     assert reply.usage.prompt_tokens == len(expected)
@@ -127,9 +125,7 @@ def test_second_call_is_delta_encoded_against_the_first(gw):
     parent_seq = np.concatenate([req1.prompt_token_ids, resp1.completion_token_ids])
     assert req2.parent_call_id == req1.call_id
     rebuilt = np.concatenate([parent_seq[: req2.shared_prefix_len], req2.prompt_token_ids])
-    expected = gw.engine.tokenizer.apply_chat_template(
-        follow, add_generation_prompt=True, tokenize=True, return_dict=True
-    )["input_ids"]
+    expected = gw.engine.tokenizer.encode_chat(follow)
     np.testing.assert_array_equal(rebuilt, expected)
     assert req2.retokenization_drift == (req2.shared_prefix_len < parent_seq.shape[0])
     assert req2.prompt_token_ids.shape[0] < len(expected)
