@@ -4,12 +4,12 @@ For rollout i of a group, with T_i steps (one step per model call, in call order
 - process reward  r_t^perf  = w_process · Σ values of ProcessSignals with step t (a signal
   past the last step counts at the last step), plus at the last step the outcome reward
   w_outcome · outcome_i (aborted rollouts: ``aborted_outcome``; no outcome given: 0);
-- completion-time reward r^speed_i = w_speed · clip((d̄ − d_i) / d̄, −c, c) at the last step,
+- completion-time reward r^speed_i = w_speed · clip((d̄ - d_i) / d̄, -c, c) at the last step,
   where d_i is the rollout's duration (RolloutStarted → RolloutFinished, event time) and d̄
   the mean duration of the group's finished members: faster than the group is rewarded,
   slower penalised. Aborted rollouts, a group with one finished member, or d̄ = 0 get 0;
 - reward-to-go R_t = Σ_{p≥t} (r_p^speed + r_p^perf);
-- advantage Â_t = R_t − B, with B the mean of R_0 over all group members.
+- advantage Â_t = R_t - B, with B the mean of R_0 over all group members.
 """
 
 from __future__ import annotations
