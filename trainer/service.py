@@ -46,14 +46,15 @@ def resolve_paths(settings: TrainerSettings, home: Path) -> Paths:
     )
 
 
-def load_base_model(paths: Paths, seed: int) -> Any:
+def load_base_model(paths: Paths, seed: int, use_flex: bool) -> Any:
     from transformers import AutoModelForCausalLM
 
     if not (paths.base_model / "config.json").exists():
         from infra.tiny_model import save_tiny_policy
 
         save_tiny_policy(paths.base_model, seed=seed)
-    model = AutoModelForCausalLM.from_pretrained(paths.base_model, attn_implementation="sdpa")
+    attention = "flex_attention" if use_flex else "sdpa"
+    model = AutoModelForCausalLM.from_pretrained(paths.base_model, attn_implementation=attention)
     return model.float()
 
 
@@ -71,7 +72,7 @@ class Trainer:
         self.settings = settings
         self.paths = resolve_paths(settings, home)
         torch.manual_seed(settings.seed)
-        model = load_base_model(self.paths, settings.seed).to(settings.device)
+        model = load_base_model(self.paths, settings.seed, settings.use_flex).to(settings.device)
         self.engine = deepspeed_engine(model, settings)
         self.producer: KafkaProducer = sync_producer(bootstrap)
         self.step = 0

@@ -123,3 +123,25 @@ def test_tree_larger_than_budget_is_split_and_still_exact(model):
     rows = pack_rows(sequences, budget=40)
     assert len(rows) > 1
     assert_same(model, as_calls(sequences, [15] * 5, seed=4), rows)
+
+
+def test_flex_attention_rule_matches_naive_forward():
+    """The O(N) mask rule (kv <= q and q <= subtree_end[kv]) through flex_attention.
+
+    Forward only: flex_attention's backward is GPU-only; the GPU bench runs both.
+    """
+    flex_model = build_model(VOCAB, seed=0, hidden=64, layers=2)
+    flex_model.set_attn_implementation("flex_attention")
+    rng = np.random.default_rng(5)
+    shared = rng.integers(0, VOCAB, 12).astype(np.int32)
+    sequences = [
+        np.concatenate([shared, rng.integers(0, VOCAB, 5).astype(np.int32)]) for _ in range(4)
+    ]
+    calls = as_calls(sequences, [12] * 4)
+    forest = build_forest(sequences)
+    with torch.no_grad():
+        tree = tree_logprobs(flex_model, forest, calls, use_flex=True)
+        flex_model.set_attn_implementation("sdpa")
+        naive = naive_logprobs(flex_model, calls)
+    for a, b in zip(naive, tree, strict=True):
+        torch.testing.assert_close(b, a, rtol=1e-5, atol=2e-5)
