@@ -68,3 +68,20 @@ def test_a_second_process_cannot_open_the_owned_directory(analytics, infra_setti
     )
     assert result.returncode != 0
     assert "held by another process" in result.stderr
+
+
+def test_train_steps_from_metrics_records_are_idempotent(analytics):
+    from schemas.records import TrainStep
+    from streams.sinks import insert_train_steps
+    from tests.builders import T0
+
+    steps = [
+        TrainStep(100 + i, 100 + i, 0.1 * i, 8, 1000, 250, 4.0, 0.05, 0.5, 1, 0.2, T0)
+        for i in range(3)
+    ]
+    assert insert_train_steps(analytics, steps) == 3
+    insert_train_steps(analytics, steps[1:])  # re-published after a trainer restart
+    _, rows = query_rows(
+        analytics, "SELECT step, dedup_ratio FROM train_steps FINAL WHERE step >= 100 ORDER BY step"
+    )
+    assert rows == [(100, 4.0), (101, 4.0), (102, 4.0)]
