@@ -201,6 +201,68 @@ def trainer(
     console.print(f"trained {steps} steps; policy v{run.version}")
 
 
+def _position(value: str | None) -> tuple[int | None, int | None]:
+    """An offset (digits) or an ISO timestamp -> (offset, ts_ms)."""
+    from datetime import UTC, datetime
+
+    if value is None:
+        return None, None
+    if value.isdigit():
+        return int(value), None
+    try:
+        moment = datetime.fromisoformat(value)
+    except ValueError as exc:
+        raise click.BadParameter(f"{value!r} is neither an offset nor an ISO timestamp") from exc
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=UTC)
+    return None, int(moment.timestamp() * 1000)
+
+
+@main.command()
+@click.option("--from", "start", help="First offset, or ISO timestamp (inclusive).")
+@click.option("--to", "end", help="End offset, or ISO timestamp (exclusive).")
+@click.option("--out-topic", required=True, help="Topic to write the ordered samples to.")
+@click.option(
+    "--reward-config",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    help="YAML with reward weights (and window, timeouts) to score with.",
+)
+@click.pass_context
+def replay(
+    ctx: click.Context,
+    start: str | None,
+    end: str | None,
+    out_topic: str,
+    reward_config: Path | None,
+) -> None:
+    """Re-run the stream processors over a stretch of forge.events into a new topic."""
+    from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+    from infra.log_reader import LogRange
+    from streams.config import load_pipeline_config
+    from streams.replay import run_replay
+
+    infra = infra_settings(ctx)
+    bootstrap = require_bootstrap(infra)
+    from_offset, from_ts = _position(start)
+    to_offset, to_ts = _position(end)
+    span = LogRange(from_offset, to_offset, from_ts, to_ts)
+    config = load_pipeline_config(reward_config)
+    columns = (SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn())
+    with Progress(*columns, console=console) as progress:
+        task = progress.add_task("reading forge.events", total=None)
+        result = run_replay(
+            bootstrap, span, out_topic, config,
+            on_event=lambda n: progress.update(task, description=f"{n} events read"),
+        )  # fmt: skip
+    console.print(
+        f"{len(result.samples)} samples -> {out_topic} "
+        f"({len(result.trajectories)} trajectories scored)"
+    )
+    for key, value in sorted(result.stats.items()):
+        console.print(f"  {key}: {value}")
+
+
 @main.command()
 @click.argument("sql")
 @click.option("--format", "fmt", type=click.Choice(["table", "tsv"]), default="table")

@@ -125,16 +125,17 @@ class Gateway:
 
     async def start_rollout(self, body: RolloutCreate) -> Rollout:
         rollout = self.rollouts.create(body.task_id, body.group_id, body.group_size)
-        started = RolloutStarted(
-            task_id=body.task_id,
-            group_id=rollout.group_id,
-            group_size=body.group_size,
-            policy_version=self.engine.policy_version,
-            metadata=body.metadata,
-        )
         entry = QueueEntry(rollout.rollout_id, rollout.group_id, body.group_size, datetime.now(UTC))
         try:
-            await self.events.append(rollout.rollout_id, [started], queue=entry)
+            started = RolloutStarted(
+                task_id=body.task_id,
+                group_id=rollout.group_id,
+                group_size=body.group_size,
+                policy_version=self.engine.policy_version,
+                metadata=body.metadata,
+                queue_index=await self.events.enqueue(entry),
+            )
+            await self.events.append(rollout.rollout_id, [started])
         except GatewayError:
             self.rollouts.forget(rollout.rollout_id)
             raise

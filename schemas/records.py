@@ -58,6 +58,7 @@ class RolloutStarted(Record):
     group_size: int
     policy_version: int
     metadata: dict[str, str] = field(default_factory=dict)
+    queue_index: int = -1
 
 
 @dataclass(eq=False, slots=True)

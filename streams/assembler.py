@@ -1,0 +1,136 @@
+"""Per-rollout assembly of the event log into an unscored trajectory (pure).
+
+Events of one rollout arrive in log order (one partition per rollout key); duplicates from
+at-least-once delivery are dropped by event_id. Choice k > 0 of a call with n > 1 becomes its
+own trajectory call ``<call_id>#<k>``, so parent references stay unambiguous.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from schemas.records import (
+    Envelope,
+    ModelRequest,
+    ModelResponse,
+    ProcessSignal,
+    RolloutAborted,
+    RolloutFinished,
+    RolloutStarted,
+    TrajectoryCall,
+)
+
+
+def sequence_id(call_id: str, choice: int) -> str:
+    return call_id if choice == 0 else f"{call_id}#{choice}"
+
+
+@dataclass(frozen=True)
+class AssembledRollout:
+    rollout_id: str
+    task_id: str
+    group_id: str
+    group_size: int
+    queue_index: int
+    status: str
+    """"finished" or "aborted"."""
+    outcome: float | None
+    started_ts: datetime
+    ended_ts: datetime
+    calls: tuple[TrajectoryCall, ...]
+    signals: tuple[tuple[int, float], ...]
+
+    @property
+    def steps(self) -> int:
+        return max((c.step for c in self.calls), default=-1) + 1
+
+    @property
+    def duration_s(self) -> float:
+        return (self.ended_ts - self.started_ts).total_seconds()
+
+    @property
+    def oldest_policy(self) -> int:
+        return min((c.policy_version for c in self.calls), default=0)
+
+
+@dataclass
+class RolloutAssembly:
+    """Everything seen so far of one rollout."""
+
+    rollout_id: str
+    event_ids: set[str] = field(default_factory=set)
+    events: list[Envelope] = field(default_factory=list)
+    started: Envelope | None = None
+    ended: Envelope | None = None
+
+    def add(self, envelope: Envelope) -> bool:
+        """Record an event; False for a duplicate or anything after the rollout ended."""
+        if envelope.event_id in self.event_ids or self.ended is not None:
+            return False
+        self.event_ids.add(envelope.event_id)
+        self.events.append(envelope)
+        if isinstance(envelope.payload, RolloutStarted) and self.started is None:
+            self.started = envelope
+        if isinstance(envelope.payload, RolloutFinished | RolloutAborted):
+            self.ended = envelope
+        return True
+
+    @property
+    def complete(self) -> bool:
+        return self.started is not None and self.ended is not None
+
+    def assemble(self) -> AssembledRollout:
+        assert self.started is not None and self.ended is not None
+        start = self.started.payload
+        assert isinstance(start, RolloutStarted)
+        requests: dict[str, tuple[int, ModelRequest]] = {}
+        responses: dict[str, list[ModelResponse]] = {}
+        signals: list[tuple[int, float]] = []
+        for env in self.events:
+            p = env.payload
+            if isinstance(p, ModelRequest) and p.call_id not in requests:
+                requests[p.call_id] = (len(requests), p)
+            elif isinstance(p, ModelResponse):
+                responses.setdefault(p.call_id, []).append(p)
+            elif isinstance(p, ProcessSignal):
+                signals.append((p.step, p.value))
+        calls = []
+        for call_id, (step, req) in requests.items():
+            seen_choices: set[int] = set()
+            for resp in sorted(responses.get(call_id, []), key=lambda r: r.choice_index):
+                if resp.choice_index in seen_choices:
+                    continue
+                seen_choices.add(resp.choice_index)
+                parent = (
+                    sequence_id(req.parent_call_id, req.parent_choice_index)
+                    if req.parent_call_id is not None
+                    else None
+                )
+                calls.append(
+                    TrajectoryCall(
+                        call_id=sequence_id(call_id, resp.choice_index),
+                        prompt_token_ids=req.prompt_token_ids,
+                        completion_token_ids=resp.completion_token_ids,
+                        logprobs=resp.logprobs,
+                        policy_version=resp.policy_version,
+                        step=step,
+                        parent_call_id=parent,
+                        shared_prefix_len=req.shared_prefix_len,
+                    )
+                )
+        end = self.ended.payload
+        finished = isinstance(end, RolloutFinished)
+        return AssembledRollout(
+            rollout_id=self.rollout_id,
+            task_id=start.task_id,
+            group_id=start.group_id,
+            group_size=start.group_size,
+            queue_index=start.queue_index,
+            status="finished" if finished else "aborted",
+            outcome=end.outcome_reward if isinstance(end, RolloutFinished) else None,
+            started_ts=self.started.ts,
+            ended_ts=self.ended.ts,
+            calls=tuple(calls),
+            signals=tuple(signals),
+        )
