@@ -1,8 +1,10 @@
 """Windowed FIFO vs FIFO vs greedy: a discrete-event simulation of Forge's generation queue.
 
-N slots generate continuously; a slot is freed when its item is *consumed* (emitted or
-dropped), so completed items waiting behind a slow head hold their slot — that is what makes
-strict FIFO slow. Durations are heavy-tailed (lognormal or Pareto); the trainer takes a step
+N slots generate continuously. With --free-on consume (default) a slot is freed when its item
+is consumed (emitted or dropped), so completed items waiting behind a slow head hold their
+slot (bounded memory) — that is what makes strict FIFO slow; with --free-on complete a slot
+frees when its item completes and finished items wait in an unbounded buffer. Durations are
+heavy-tailed (lognormal or Pareto); the trainer takes a step
 (one policy version) every --batch consumed items. Items older than --timeout x the median
 duration are resolved as dropped. Reported per W, over the same horizon and seed:
 throughput relative to greedy, length bias (mean duration consumed / population mean) and
@@ -31,7 +33,7 @@ def durations(kind: str, rng: np.random.Generator, n: int) -> np.ndarray:
 
 
 def simulate(kind: str, window: int | None, inflight: int, horizon: float, batch: int,
-             timeout: float, seed: int) -> dict[str, float]:  # fmt: skip
+             timeout: float, seed: int, free_on: str) -> dict[str, float]:  # fmt: skip
     rng = np.random.default_rng(seed)
     pool = durations(kind, rng, 2_000_000)
     fifo: WindowedFifo[float] = WindowedFifo(window, timeout_s=timeout)
@@ -59,6 +61,8 @@ def simulate(kind: str, window: int | None, inflight: int, horizon: float, batch
         if kind_ == 0:
             duration, start_version = started[index]
             fifo.complete(index, duration, start_version)
+            if free_on == "complete":
+                start(now)
         for out in fifo.poll(now, version):
             if isinstance(out, Emitted):
                 consumed_durations.append(out.item)
@@ -68,7 +72,8 @@ def simulate(kind: str, window: int | None, inflight: int, horizon: float, batch
                     version, consumed_since_step = version + 1, 0
             else:
                 assert isinstance(out, Dropped)
-            start(now)
+            if free_on == "consume" or isinstance(out, Dropped):
+                start(now)
     return {
         "throughput": len(consumed_durations) / horizon,
         "bias": statistics.fmean(consumed_durations) / statistics.fmean(population),
@@ -88,6 +93,11 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=64, help="consumed items per policy version")
     parser.add_argument("--timeout", type=float, default=20.0, help="x median duration")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--free-on", choices=["consume", "complete"], default="consume",
+        help="when a generation slot frees: once its item is consumed (completed items waiting "
+        "behind the head hold memory and a slot) or as soon as it completes (unbounded buffer)",
+    )  # fmt: skip
     args = parser.parse_args()
     n = args.inflight
     windows: list[tuple[str, int | None]] = [
@@ -98,12 +108,15 @@ def main() -> None:
     for kind in ("lognormal", "pareto"):
         median = float(np.median(durations(kind, np.random.default_rng(1), 100_000)))
         rows = {
-            label: simulate(kind, w, n, args.horizon, args.batch, args.timeout * median, args.seed)
+            label: simulate(
+                kind, w, n, args.horizon, args.batch, args.timeout * median, args.seed, args.free_on
+            )
             for label, w in windows
         }
         greedy = rows["inf (greedy)"]["throughput"]
+        title = f"{kind} durations, N={n}, slots free on {args.free_on}"
         table = Table("W", "consumed", "throughput vs greedy", "length bias", "staleness mean",
-                      "staleness max", "timed out", title=f"{kind} durations, N={n}")  # fmt: skip
+                      "staleness max", "timed out", title=title)  # fmt: skip
         for label, r in rows.items():
             table.add_row(
                 label, str(r["consumed"]), f"{r['throughput'] / greedy:.3f}", f"{r['bias']:.3f}",
