@@ -43,10 +43,19 @@ class EventLog:
     async def close(self) -> None:
         await self.producer.stop()
 
-    async def append(
-        self, rollout_id: str, payloads: list[Event], *, queue: QueueEntry | None = None
-    ) -> None:
-        """Store events (and a queue entry) or raise; returns only once all are acknowledged."""
+    async def enqueue(self, entry: QueueEntry) -> int:
+        """Store a generation-queue entry; its offset is the rollout's queue index."""
+        try:
+            future = await self.producer.send(
+                self.queue_topic, codec.encode(entry), key=entry.rollout_id.encode()
+            )
+            metadata = await asyncio.wait_for(future, self.timeout_s)
+        except (KafkaError, TimeoutError, OSError) as exc:
+            raise EventLogUnavailableError(f"queue entry could not be stored: {exc!r}") from exc
+        return int(metadata.offset)
+
+    async def append(self, rollout_id: str, payloads: list[Event]) -> None:
+        """Store events or raise; returns only once all are acknowledged."""
         now = datetime.now(UTC)
         key = rollout_id.encode()
         started = time.perf_counter()
@@ -67,10 +76,6 @@ class EventLog:
                 )
                 for payload in payloads
             ]
-            if queue is not None:
-                futures.append(
-                    await self.producer.send(self.queue_topic, codec.encode(queue), key=key)
-                )
             await asyncio.wait_for(asyncio.gather(*futures), self.timeout_s)
         except (KafkaError, TimeoutError, OSError) as exc:
             raise EventLogUnavailableError(
