@@ -119,8 +119,9 @@ def run_wrk(
         f.write(f"wrk.body = {json.dumps(body)}\n")
         for k, v in headers.items():
             f.write(f'wrk.headers["{k}"] = "{v}"\n')
-    cmd = ["wrk", "-t", "2", "-c", str(args.connections), "-d", f"{args.duration}s", "--latency",
-           "--timeout", "10s", "-s", f.name, url]  # fmt: skip
+    threads = str(min(2, args.connections))
+    cmd = ["wrk", "-t", threads, "-c", str(args.connections), "-d", f"{args.duration}s",
+           "--latency", "--timeout", "10s", "-s", f.name, url]  # fmt: skip
     out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
     os.unlink(f.name)
     return {

@@ -30,7 +30,7 @@ class EventLog:
         """Connect; aiokafka binds its producer to the running event loop, so it is made here."""
         self.producer: AIOKafkaProducer = durable_producer(
             self.bootstrap,
-            linger_ms=1,
+            linger_ms=0,
             request_timeout_ms=int(self.timeout_s * 1000),
             client_id="forge-gateway",
         )
