@@ -72,3 +72,17 @@ def test_down_ignores_a_stale_pid_file_naming_another_process(tmp_path):
     finally:
         stranger.kill()
         stranger.wait()
+
+
+def test_up_against_an_external_cluster_only_creates_topics(kafka, tmp_path):
+    env = {
+        **os.environ,
+        "FORGE_HOME": str(tmp_path),
+        "FORGE_KAFKA_BOOTSTRAP": kafka,
+        "COLUMNS": "200",
+    }
+    cmd = [sys.executable, "-m", "forge_rl.cli", "infra", "up"]
+    result = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300, check=False)
+    assert result.returncode == 0, result.stderr
+    assert f"Kafka (external cluster) at {kafka}" in result.stdout
+    assert not (tmp_path / "kafka").exists(), "no local broker may be started"
