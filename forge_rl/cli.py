@@ -227,6 +227,7 @@ def _position(value: str | None) -> tuple[int | None, int | None]:
     type=click.Path(exists=True, dir_okay=False, path_type=Path),
     help="YAML with reward weights (and window, timeouts) to score with.",
 )
+@click.option("--sink/--no-sink", default=True, help="Also rebuild the rollouts and calls tables.")
 @click.pass_context
 def replay(
     ctx: click.Context,
@@ -234,10 +235,12 @@ def replay(
     end: str | None,
     out_topic: str,
     reward_config: Path | None,
+    sink: bool,
 ) -> None:
     """Re-run the stream processors over a stretch of forge.events into a new topic."""
     from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
+    from infra.analytics import analytics_client, ensure_tables
     from infra.log_reader import LogRange
     from streams.config import load_pipeline_config
     from streams.replay import run_replay
@@ -249,18 +252,50 @@ def replay(
     span = LogRange(from_offset, to_offset, from_ts, to_ts)
     config = load_pipeline_config(reward_config)
     columns = (SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn())
-    with Progress(*columns, console=console) as progress:
-        task = progress.add_task("reading forge.events", total=None)
-        result = run_replay(
-            bootstrap, span, out_topic, config,
-            on_event=lambda n: progress.update(task, description=f"{n} events read"),
-        )  # fmt: skip
+    client = analytics_client(infra) if sink else None
+    try:
+        if client is not None:
+            ensure_tables(client)
+        with Progress(*columns, console=console) as progress:
+            task = progress.add_task("reading forge.events", total=None)
+            result = run_replay(
+                bootstrap, span, out_topic, config, sink=client,
+                on_event=lambda n: progress.update(task, description=f"{n} events read"),
+            )  # fmt: skip
+    finally:
+        if client is not None:
+            client.close()
     console.print(
         f"{len(result.samples)} samples -> {out_topic} "
         f"({len(result.trajectories)} trajectories scored)"
     )
     for key, value in sorted(result.stats.items()):
         console.print(f"  {key}: {value}")
+
+
+@main.command()
+@click.argument("reports", nargs=-1, type=click.Choice(["rewards", "durations", "staleness",
+                                                        "throughput", "training"]))  # fmt: skip
+@click.option("--sql", help="Run this SQL instead of the ready reports.")
+@click.pass_context
+def analytics(ctx: click.Context, reports: tuple[str, ...], sql: str | None) -> None:
+    """Ready reports (reward by policy version, completion times, staleness, throughput,
+    training) or raw SQL over the analytics store."""
+    from infra.analytics import analytics_client, ensure_tables, query_rows
+    from streams.reports import REPORTS
+
+    client = analytics_client(infra_settings(ctx))
+    try:
+        ensure_tables(client)
+        queries = [("query", sql)] if sql else [REPORTS[r] for r in (reports or REPORTS)]
+        for title, query in queries:
+            columns, rows = query_rows(client, query)
+            table = Table(*columns, title=title)
+            for row in rows:
+                table.add_row(*(str(v) for v in row))
+            console.print(table)
+    finally:
+        client.close()
 
 
 @main.command()

@@ -35,6 +35,8 @@ class PipelineResult:
     samples: list[TrainSample]
     trajectories: list[Trajectory]
     stats: Counter[str]
+    staleness: dict[str, int] = field(default_factory=dict)
+    """Policy versions between a sample's oldest call and its emission, by rollout id."""
 
 
 def _complete_groups(
@@ -103,6 +105,7 @@ def process_log(
     )
     version = 0
     samples = []
+    staleness: dict[str, int] = {}
     for n, (ts, kind, index, fact) in enumerate(facts):
         if kind == 0:
             version = max(version, index)
@@ -118,6 +121,7 @@ def process_log(
             if isinstance(out, Emitted):
                 traj = out.item
                 samples.append(TrainSample(traj.rollout_id, out.index, traj))
+                staleness[traj.rollout_id] = out.staleness
     stats.update(
         emitted=fifo.stats.emitted,
         dropped_timeout=fifo.stats.dropped_timeout,
@@ -125,4 +129,4 @@ def process_log(
         late_completions=fifo.stats.late,
         pending=fifo.pending(),
     )
-    return PipelineResult(samples, trajectories, stats)
+    return PipelineResult(samples, trajectories, stats, staleness)

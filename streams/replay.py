@@ -5,12 +5,15 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
+from clickhouse_connect.driver.client import Client
+
 from infra.kafka_clients import Delivered, ensure_topics, sync_producer
 from infra.log_reader import LogRange, read_log
 from schemas import codec
 from schemas.records import DeadLetter, Envelope, PolicyUpdated, QueueEntry
 from schemas.topics import DLQ, EVENTS, POLICY, QUEUE, TopicSpec, derived_train_topic
 from streams.pipeline import PipelineConfig, PipelineResult, process_log
+from streams.sinks import call_rows, insert_calls, insert_rollouts, rollout_row
 
 
 @dataclass(frozen=True)
@@ -38,16 +41,19 @@ def run_replay(
     *,
     sources: ReplaySources = ReplaySources(),
     on_event: Callable[[int], None] | None = None,
+    sink: Client | None = None,
 ) -> PipelineResult:
-    """Re-run the processors over ``span`` of the events topic; write samples to ``out_topic``."""
-    dead: list[DeadLetter] = []
+    """Re-run the processors over ``span`` of the events topic; write samples to ``out_topic``.
 
-    def events() -> Iterator[Envelope]:
-        for n, d in enumerate(_records(bootstrap, sources.events, span, dead), 1):
-            if on_event is not None:
-                on_event(n)
-            assert isinstance(d.record, Envelope)
-            yield d.record
+    With ``sink``, the rollouts and calls tables are (re)built from the same stretch of log.
+    """
+    dead: list[DeadLetter] = []
+    envelopes: list[Envelope] = []
+    for n, d in enumerate(_records(bootstrap, sources.events, span, dead), 1):
+        if on_event is not None:
+            on_event(n)
+        assert isinstance(d.record, Envelope)
+        envelopes.append(d.record)
 
     queue: list[tuple[int, QueueEntry]] = []
     for d in _records(bootstrap, sources.queue, LogRange(), dead):
@@ -57,7 +63,11 @@ def run_replay(
     for d in _records(bootstrap, sources.policy, LogRange(), dead):
         assert isinstance(d.record, PolicyUpdated)
         policies.append(d.record)
-    result = process_log(events(), queue, policies, config)
+    result = process_log(envelopes, queue, policies, config)
+    if sink is not None:
+        rows = [rollout_row(t, result.staleness.get(t.rollout_id, -1)) for t in result.trajectories]
+        result.stats["rollout_rows"] = insert_rollouts(sink, rows)
+        result.stats["call_rows"] = insert_calls(sink, call_rows(envelopes))
     out = derived_train_topic(out_topic)
     ensure_topics(bootstrap, (out,), timeout_s=30)
     producer = sync_producer(bootstrap)

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from clickhouse_connect.driver.client import Client
 
-from schemas.records import TrainStep
+from schemas.records import Envelope, ModelRequest, ModelResponse, TrainStep, Trajectory
+from streams.assembler import sequence_id
 
 TRAIN_STEP_COLUMNS = (
     "step", "policy_version", "ts", "loss", "samples", "tokens", "unique_tokens",
@@ -25,3 +26,74 @@ def insert_train_steps(client: Client, records: Sequence[TrainStep]) -> int:
         return 0
     client.insert("train_steps", train_step_rows(records), column_names=list(TRAIN_STEP_COLUMNS))
     return len(records)
+
+
+ROLLOUT_COLUMNS = (
+    "rollout_id", "group_id", "task_id", "queue_index", "status", "started_at", "ended_at",
+    "duration_s", "outcome_reward", "total_reward", "num_calls", "prompt_tokens",
+    "completion_tokens", "policy_version", "staleness",
+)  # fmt: skip
+CALL_COLUMNS = (
+    "call_id", "rollout_id", "ts", "policy_version", "prompt_tokens", "new_prompt_tokens",
+    "completion_tokens", "latency_ms", "finish_reason", "retokenization_drift",
+)  # fmt: skip
+
+
+def rollout_row(trajectory: Trajectory, staleness: int) -> list[Any]:
+    calls = trajectory.calls
+    return [
+        trajectory.rollout_id,
+        trajectory.group_id,
+        trajectory.task_id,
+        trajectory.queue_index,
+        trajectory.status,
+        trajectory.started_ts,
+        trajectory.ended_ts,
+        (trajectory.ended_ts - trajectory.started_ts).total_seconds(),
+        trajectory.outcome_reward,
+        trajectory.total_reward,
+        len(calls),
+        sum(c.shared_prefix_len + int(c.prompt_token_ids.shape[0]) for c in calls),
+        sum(int(c.completion_token_ids.shape[0]) for c in calls),
+        min((c.policy_version for c in calls), default=0),
+        staleness,
+    ]
+
+
+def call_rows(events: Iterable[Envelope]) -> list[list[Any]]:
+    """One row per model call choice, from its ModelRequest and ModelResponse events."""
+    requests: dict[str, tuple[Envelope, ModelRequest]] = {}
+    rows = []
+    for env in events:
+        if isinstance(env.payload, ModelRequest):
+            requests[env.payload.call_id] = (env, env.payload)
+        elif isinstance(env.payload, ModelResponse) and env.payload.call_id in requests:
+            req_env, req = requests[env.payload.call_id]
+            resp = env.payload
+            rows.append(
+                [
+                    sequence_id(req.call_id, resp.choice_index),
+                    req_env.rollout_id,
+                    req_env.ts,
+                    resp.policy_version,
+                    req.prompt_len,
+                    int(req.prompt_token_ids.shape[0]),
+                    int(resp.completion_token_ids.shape[0]),
+                    resp.latency_ms,
+                    resp.finish_reason,
+                    int(req.retokenization_drift),
+                ]
+            )
+    return rows
+
+
+def insert_rollouts(client: Client, rows: Sequence[list[Any]]) -> int:
+    if rows:
+        client.insert("rollouts", list(rows), column_names=list(ROLLOUT_COLUMNS))
+    return len(rows)
+
+
+def insert_calls(client: Client, rows: Sequence[list[Any]]) -> int:
+    if rows:
+        client.insert("calls", list(rows), column_names=list(CALL_COLUMNS))
+    return len(rows)

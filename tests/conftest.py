@@ -33,6 +33,17 @@ def kafka(infra_settings: InfraSettings) -> Iterator[str]:
         local_broker(infra_settings).down(purge=True)
 
 
+@pytest.fixture(scope="session")
+def analytics(infra_settings: InfraSettings):
+    """One client per session: chDB admits one engine path per process."""
+    from infra.analytics import analytics_client, ensure_tables
+
+    client = analytics_client(infra_settings)
+    ensure_tables(client)
+    yield client
+    client.close()
+
+
 @pytest.fixture
 def fresh_topic(kafka: str):
     """A factory for a new topic configured like a given spec, private to one test."""

@@ -9,19 +9,9 @@ from datetime import UTC, datetime
 
 import pytest
 
-from infra.analytics import TABLES, analytics_client, ensure_tables, query_rows
-from infra.config import InfraSettings
+from infra.analytics import TABLES, ensure_tables, query_rows
 
 pytestmark = pytest.mark.integration
-
-
-@pytest.fixture(scope="session")
-def analytics(infra_settings: InfraSettings):
-    """One client per session: chDB admits one engine path per process."""
-    client = analytics_client(infra_settings)
-    ensure_tables(client)
-    yield client
-    client.close()
 
 
 def test_ddl_is_idempotent(analytics):
@@ -85,3 +75,11 @@ def test_train_steps_from_metrics_records_are_idempotent(analytics):
         analytics, "SELECT step, dedup_ratio FROM train_steps FINAL WHERE step >= 100 ORDER BY step"
     )
     assert rows == [(100, 4.0), (101, 4.0), (102, 4.0)]
+
+
+def test_every_ready_report_runs(analytics):
+    from streams.reports import REPORTS
+
+    for title, sql in REPORTS.values():
+        columns, _ = query_rows(analytics, sql)
+        assert columns, title

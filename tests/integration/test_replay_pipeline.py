@@ -12,6 +12,7 @@ import numpy as np
 import openai
 import pytest
 
+from infra.analytics import query_rows
 from infra.log_reader import LogRange, read_log
 from infra.tiny_model import save_tiny_policy
 from schemas.records import ModelResponse, TrainSample
@@ -52,7 +53,7 @@ def samples_on(kafka, topic):
 
 
 def test_replay_is_deterministic_feeds_the_trainer_and_the_engine_serves_the_result(
-    kafka, tmp_path
+    kafka, analytics, tmp_path
 ):
     base = save_tiny_policy(tmp_path / "policies" / "base")
     with running_gateway(kafka, base) as gw:
@@ -61,7 +62,12 @@ def test_replay_is_deterministic_feeds_the_trainer_and_the_engine_serves_the_res
         sources = ReplaySources(gw.events, gw.queue, gw.policy)
         config = PipelineConfig(rewards=RewardConfig(speed_weight=0.0), window=2)
         first = run_replay(
-            kafka, LogRange(), f"test.replay.a.{os.getpid()}", config, sources=sources
+            kafka,
+            LogRange(),
+            f"test.replay.a.{os.getpid()}",
+            config,
+            sources=sources,
+            sink=analytics,
         )
         second = run_replay(
             kafka, LogRange(), f"test.replay.b.{os.getpid()}", config, sources=sources
@@ -69,7 +75,15 @@ def test_replay_is_deterministic_feeds_the_trainer_and_the_engine_serves_the_res
         a = samples_on(kafka, f"test.replay.a.{os.getpid()}")
         b = samples_on(kafka, f"test.replay.b.{os.getpid()}")
         assert len(a) == 5 and a == b
-        assert first.stats == second.stats
+        assert first.stats["rollout_rows"] == 5 and first.stats["call_rows"] == 10
+        ids = ", ".join(f"'{s.sample_id}'" for s in a)
+        _, rows = query_rows(
+            analytics,
+            f"SELECT count(), sum(num_calls), countIf(staleness >= 0) FROM rollouts FINAL "
+            f"WHERE rollout_id IN ({ids})",
+        )
+        assert rows == [(5, 10, 5)]
+        assert second.samples == first.samples
         for sample in a:
             calls = call_sequences([sample])
             assert len(calls) == 2 and calls[1].tokens.shape[0] > calls[0].tokens.shape[0]
