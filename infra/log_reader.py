@@ -29,21 +29,35 @@ class LogRange:
 def read_log(
     bootstrap: str, spec: TopicSpec, span: LogRange, *, name: str = "forge-rl-replay"
 ) -> Iterator[Delivered | DeadLetter]:
-    """Yield every record of ``spec`` in ``span``, partition by partition, in offset order."""
-    consumer = sync_consumer(bootstrap, enable_auto_commit=False, consumer_timeout_ms=10_000)
+    """Yield every record of ``spec`` in ``span``: in offset order within each partition,
+    partitions interleaved."""
+    consumer = sync_consumer(bootstrap, enable_auto_commit=False)
     try:
         partitions = sorted(consumer.partitions_for_topic(spec.name) or ())
         tps = [TopicPartition(spec.name, p) for p in partitions]
         consumer.assign(tps)
         starts = _positions(consumer, tps, span.from_offset, span.from_ts_ms, default="beginning")
         ends = _positions(consumer, tps, span.to_offset, span.to_ts_ms, default="end")
-        for tp in tps:
-            start, end = starts[tp], ends[tp]
-            if start >= end:
-                continue
-            consumer.assign([tp])
-            consumer.seek(tp, start)
-            yield from _read_partition(consumer, spec, tp, end, name)
+        remaining = {tp for tp in tps if starts[tp] < ends[tp]}
+        consumer.assign(sorted(remaining, key=lambda tp: tp.partition))
+        for tp in remaining:
+            consumer.seek(tp, starts[tp])
+        while remaining:
+            for tp, batch in consumer.poll(timeout_ms=1000, max_records=5000).items():
+                for msg in batch:
+                    if msg.offset >= ends[tp]:
+                        break
+                    yield decode_message(
+                        spec,
+                        partition=msg.partition,
+                        offset=msg.offset,
+                        key=msg.key,
+                        value=msg.value,
+                        consumer=name,
+                    )
+                if consumer.position(tp) >= ends[tp]:
+                    remaining.discard(tp)
+                    consumer.pause(tp)
     finally:
         consumer.close()
 
@@ -59,21 +73,3 @@ def _positions(
     if offset is not None:
         return {tp: min(max(offset, beginning[tp]), end[tp]) for tp in tps}
     return dict(beginning if default == "beginning" else end)
-
-
-def _read_partition(
-    consumer, spec: TopicSpec, tp: TopicPartition, end: int, name: str
-) -> Iterator[Delivered | DeadLetter]:
-    while consumer.position(tp) < end:
-        batch = consumer.poll(timeout_ms=1000).get(tp, [])
-        for msg in batch:
-            if msg.offset >= end:
-                return
-            yield decode_message(
-                spec,
-                partition=msg.partition,
-                offset=msg.offset,
-                key=msg.key,
-                value=msg.value,
-                consumer=name,
-            )

@@ -70,7 +70,7 @@ def run_replay(
         result.stats["call_rows"] = insert_calls(sink, call_rows(envelopes))
     out = derived_train_topic(out_topic)
     ensure_topics(bootstrap, (out,), timeout_s=30)
-    producer = sync_producer(bootstrap)
+    producer = sync_producer(bootstrap, linger_ms=5, batch_size=1 << 20)
     try:
         for letter in dead:
             producer.send(DLQ.name, codec.encode(letter), key=letter.key)
