@@ -194,6 +194,7 @@ class Trajectory(Record):
     calls: list[TrajectoryCall]
     outcome_reward: float | None = None
     total_reward: float = 0.0
+    group_completed_ts: datetime | None = None
 
 
 @dataclass(eq=False, slots=True)

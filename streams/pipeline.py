@@ -18,7 +18,7 @@ from schemas.records import Envelope, PolicyUpdated, QueueEntry, TrainSample, Tr
 from streams.assembler import AssembledRollout, RolloutAssembly
 from streams.rewards import RewardConfig
 from streams.scoring import score_trajectories
-from streams.windowed_fifo import Emitted, WindowedFifo
+from streams.sequencer import EventTimeSequencer
 
 
 @dataclass(frozen=True)
@@ -87,46 +87,19 @@ def process_log(
         return PipelineResult([], [], stats)
     groups = _complete_groups(rollouts, horizon, timedelta(seconds=config.group_timeout_s), stats)
     trajectories: list[Trajectory] = []
-    facts: list[tuple[datetime, int, int, object]] = []
+    sequencer = EventTimeSequencer(config.window, config.item_timeout_s, config.max_staleness)
     for completed_at, members in groups:
-        for traj in score_trajectories(members, config.rewards):
+        for traj in score_trajectories(members, config.rewards, completed_at):
             trajectories.append(traj)
-            if traj.queue_index < 0:
-                stats["unqueued"] += 1
-                continue
-            facts.append((completed_at, 2, traj.queue_index, traj))
+            sequencer.add_completion(traj)
     # Facts after the log's last event are outside this stretch of the log.
-    facts.extend((e.ts, 1, index, e) for index, e in queue if e.ts <= horizon)
-    facts.extend((p.ts, 0, p.version, p) for p in policies if p.ts <= horizon)
-    facts.sort(key=lambda f: (f[0], f[1], f[2]))
-
-    fifo: WindowedFifo[Trajectory] = WindowedFifo(
-        config.window, timeout_s=config.item_timeout_s, max_staleness=config.max_staleness
-    )
-    version = 0
-    samples = []
-    staleness: dict[str, int] = {}
-    for n, (ts, kind, index, fact) in enumerate(facts):
-        if kind == 0:
-            version = max(version, index)
-        elif kind == 1:
-            fifo.enqueue(index, ts.timestamp())
-        else:
-            assert isinstance(fact, Trajectory)
-            oldest = min((c.policy_version for c in fact.calls), default=version)
-            fifo.complete(index, fact, oldest)
-        if n + 1 < len(facts) and facts[n + 1][0] == ts:
-            continue  # everything that happened at one instant is applied before polling
-        for out in fifo.poll(ts.timestamp(), version):
-            if isinstance(out, Emitted):
-                traj = out.item
-                samples.append(TrainSample(traj.rollout_id, out.index, traj))
-                staleness[traj.rollout_id] = out.staleness
-    stats.update(
-        emitted=fifo.stats.emitted,
-        dropped_timeout=fifo.stats.dropped_timeout,
-        dropped_stale=fifo.stats.dropped_stale,
-        late_completions=fifo.stats.late,
-        pending=fifo.pending(),
-    )
+    for index, entry in queue:
+        if entry.ts <= horizon:
+            sequencer.add_queue_entry(index, entry)
+    for update in policies:
+        if update.ts <= horizon:
+            sequencer.add_policy(update)
+    samples = sequencer.advance(float("inf"))
+    stats.update(sequencer.stats)
+    staleness = sequencer.staleness
     return PipelineResult(samples, trajectories, stats, staleness)

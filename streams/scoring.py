@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Sequence
+from datetime import datetime
 
 from schemas.records import Trajectory
 from streams.assembler import AssembledRollout
@@ -11,7 +12,7 @@ from streams.rewards import MemberResult, RewardConfig, score_group
 
 
 def score_trajectories(
-    members: Sequence[AssembledRollout], config: RewardConfig
+    members: Sequence[AssembledRollout], config: RewardConfig, completed_at: datetime
 ) -> list[Trajectory]:
     """Each call carries its step's reward r_t, reward-to-go R_t and advantage Â_t."""
     scored = score_group(
@@ -51,6 +52,7 @@ def score_trajectories(
                 calls=calls,
                 outcome_reward=member.outcome,
                 total_reward=score.total,
+                group_completed_ts=completed_at,
             )
         )
     return out

@@ -1,0 +1,92 @@
+"""Event-time sequencing of the generation queue: the windowed FIFO fed in timestamp order.
+
+Facts — policy versions, queue entries, scored group completions — are held until the
+watermark passes them, then applied in (time, kind, index) order, everything at one instant
+before the FIFO is polled. The samples that come out depend only on the facts, not on the
+order they were delivered in; a fact older than the watermark when it arrives is late: it is
+applied at once and counted, and only then can a live run differ from a replay.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+from collections import Counter
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from schemas.records import PolicyUpdated, QueueEntry, TrainSample, Trajectory
+from streams.windowed_fifo import Emitted, WindowedFifo
+
+POLICY, QUEUED, COMPLETED = 0, 1, 2
+
+
+@dataclass
+class EventTimeSequencer:
+    window: int | None
+    item_timeout_s: float | None = None
+    max_staleness: int | None = None
+    stats: Counter[str] = field(default_factory=Counter)
+    staleness: dict[str, int] = field(default_factory=dict)
+    _facts: list[tuple[float, int, int, int, object]] = field(default_factory=list)
+    _tiebreak: itertools.count[int] = field(default_factory=itertools.count)
+    _applied_until: float = float("-inf")
+    _version: int = 0
+    _fifo: WindowedFifo[Trajectory] = field(init=False)
+
+    def __post_init__(self) -> None:
+        self._fifo = WindowedFifo(
+            self.window, timeout_s=self.item_timeout_s, max_staleness=self.max_staleness
+        )
+
+    def add_policy(self, update: PolicyUpdated) -> None:
+        self._add(update.ts, POLICY, update.version, update)
+
+    def add_queue_entry(self, index: int, entry: QueueEntry) -> None:
+        self._add(entry.ts, QUEUED, index, entry)
+
+    def add_completion(self, trajectory: Trajectory) -> None:
+        if trajectory.queue_index < 0:
+            self.stats["unqueued"] += 1
+            return
+        when = trajectory.group_completed_ts or trajectory.ended_ts
+        self._add(when, COMPLETED, trajectory.queue_index, trajectory)
+
+    def _add(self, ts: datetime, kind: int, index: int, fact: object) -> None:
+        at = ts.timestamp()
+        if at < self._applied_until:
+            self.stats["late_facts"] += 1
+            at = self._applied_until
+        heapq.heappush(self._facts, (at, kind, index, next(self._tiebreak), fact))
+
+    def advance(self, watermark: float) -> list[TrainSample]:
+        """Apply every fact strictly before ``watermark``; return the samples emitted."""
+        out: list[TrainSample] = []
+        while self._facts and self._facts[0][0] < watermark:
+            at = self._facts[0][0]
+            while self._facts and self._facts[0][0] == at:
+                _, kind, index, _, fact = heapq.heappop(self._facts)
+                self._apply(kind, index, fact, at)
+            for result in self._fifo.poll(at, self._version):
+                if isinstance(result, Emitted):
+                    traj = result.item
+                    out.append(TrainSample(traj.rollout_id, result.index, traj))
+                    self.staleness[traj.rollout_id] = result.staleness
+            self._applied_until = at
+        fifo = self._fifo.stats
+        self.stats["emitted"] = fifo.emitted
+        self.stats["dropped_timeout"] = fifo.dropped_timeout
+        self.stats["dropped_stale"] = fifo.dropped_stale
+        self.stats["late_completions"] = fifo.late
+        self.stats["pending"] = self._fifo.pending()
+        return out
+
+    def _apply(self, kind: int, index: int, fact: object, at: float) -> None:
+        if kind == POLICY:
+            self._version = max(self._version, index)
+        elif kind == QUEUED:
+            self._fifo.enqueue(index, at)
+        else:
+            assert isinstance(fact, Trajectory)
+            oldest = min((c.policy_version for c in fact.calls), default=self._version)
+            self._fifo.complete(index, fact, oldest)
