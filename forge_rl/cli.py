@@ -152,6 +152,24 @@ def gateway(ctx: click.Context, host: str | None, port: int | None, engine: str 
 
 
 @main.command()
+@click.pass_context
+def streams(ctx: click.Context) -> None:
+    """Run the Faust worker: assemble, score, sequence (windowed FIFO), sink."""
+    from streams.config import StreamsSettings
+
+    infra = infra_settings(ctx)
+    settings = load_settings(StreamsSettings, ctx.find_root().obj, "streams")
+    bootstrap = require_bootstrap(infra)
+    import faust
+
+    from streams.app import create_streams_app
+
+    app = create_streams_app(settings, bootstrap, infra)
+    console.print(f"streams worker {settings.app_id} on Kafka {bootstrap}")
+    faust.Worker(app, loglevel="WARNING", quiet=True).execute_from_commandline()
+
+
+@main.command()
 @click.option("--topic", help="Ordered sample topic (default forge.train; or a replay's topic).")
 @click.option("--max-steps", type=int, help="Stop after this many optimizer steps.")
 @click.option("--batch-size", type=int, help="Samples per step.")

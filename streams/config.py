@@ -1,4 +1,4 @@
-"""Pipeline settings from a YAML file (reward weights, window, timeouts)."""
+"""Pipeline settings from a YAML file (reward weights, window, timeouts), and the worker's."""
 
 from __future__ import annotations
 
@@ -6,8 +6,11 @@ from pathlib import Path
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic_settings import SettingsConfigDict
 
+from infra.settings import ForgeSettings
 from schemas.errors import ConfigError
+from schemas.topics import EVENTS, POLICY, QUEUE, TRAIN, TRAJECTORIES
 from streams.pipeline import PipelineConfig
 from streams.rewards import RewardConfig
 
@@ -37,3 +40,25 @@ def load_pipeline_config(path: Path | None) -> PipelineConfig:
         group_timeout_s=parsed.group_timeout_s,
         max_staleness=parsed.max_staleness,
     )
+
+
+class StreamsSettings(ForgeSettings):
+    """The live worker (env prefix FORGE_STREAMS_, config-file section `streams`)."""
+
+    model_config = SettingsConfigDict(env_prefix="FORGE_STREAMS_", extra="forbid")
+
+    app_id: str = Field(default="forge-streams", pattern=r"^[A-Za-z0-9._-]+$")
+    events_topic: str = EVENTS.name
+    queue_topic: str = QUEUE.name
+    trajectories_topic: str = TRAJECTORIES.name
+    train_topic: str = TRAIN.name
+    policy_topic: str = POLICY.name
+    pipeline_file: Path | None = Field(
+        default=None, description="YAML with reward weights, window and timeouts."
+    )
+    web_port: int = Field(default=6066, ge=1, le=65535, description="Read-only analytics queries.")
+    lateness_s: float = Field(
+        default=5.0, ge=0, description="Watermark lag behind the newest fact."
+    )
+    idle_flush_s: float = Field(default=3.0, gt=0, description="Apply all facts after this idle.")
+    sink: bool = Field(default=True, description="Fill the rollouts and calls tables.")

@@ -1,0 +1,209 @@
+"""The live Faust worker: assemble rollouts, score complete groups, sequence, sink.
+
+- ``assemble`` (forge.events, keyed by rollout): a rollout's raw events accumulate in a
+  table with a changelog (dedup by event_id); when it ends, its bundle goes to an internal
+  topic keyed by group.
+- ``score`` (internal topic, keyed by group): bundles accumulate per group; a complete group
+  is scored and its trajectories go to forge.trajectories (and the rollouts/calls tables).
+- ``sequence`` (a task over forge.queue, forge.trajectories and forge.policy): the
+  event-time sequencer. It rebuilds from the start of its inputs on every start and skips the
+  samples forge.train already holds, so a crash neither loses nor repeats a sample.
+Undecodable records go to forge.dlq with the reason.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from datetime import UTC, datetime
+from typing import Any
+
+import faust
+from aiokafka import AIOKafkaConsumer, TopicPartition
+
+from infra.analytics import analytics_client, ensure_tables
+from infra.config import InfraSettings
+from infra.kafka_clients import CONSUMER_LARGE, durable_producer, sync_consumer
+from schemas import codec
+from schemas.errors import SchemaError
+from schemas.records import DeadLetter, Envelope, PolicyUpdated, QueueEntry, Trajectory
+from schemas.topics import DLQ, MAX_MESSAGE_BYTES
+from streams import bundles
+from streams.config import StreamsSettings, load_pipeline_config
+from streams.scoring import score_trajectories
+from streams.sequencer import EventTimeSequencer
+from streams.sinks import call_rows, insert_calls, insert_rollouts, rollout_row
+
+log = logging.getLogger(__name__)
+
+
+def create_streams_app(
+    settings: StreamsSettings, bootstrap: str, infra: InfraSettings
+) -> faust.App:
+    config = load_pipeline_config(settings.pipeline_file)
+    app = faust.App(
+        settings.app_id,
+        broker=f"kafka://{bootstrap}",
+        store="memory://",
+        value_serializer="raw",
+        key_serializer="raw",
+        topic_replication_factor=1,
+        topic_partitions=4,
+        web_host="127.0.0.1",
+        web_port=settings.web_port,
+        producer_max_request_size=MAX_MESSAGE_BYTES,
+        consumer_max_fetch_size=MAX_MESSAGE_BYTES * 2,
+        processing_guarantee="at_least_once",
+        # A worker killed with -9 holds its partitions until its session expires.
+        broker_session_timeout=10.0,
+        broker_heartbeat_interval=3.0,
+    )
+    events = app.topic(settings.events_topic, key_type=bytes, value_type=bytes)
+    ended = app.topic(f"{settings.app_id}.rollouts-ended", key_type=bytes, value_type=bytes,
+                      partitions=4, internal=True)  # fmt: skip
+    trajectories = app.topic(settings.trajectories_topic, key_type=bytes, value_type=bytes)
+    dlq = app.topic(DLQ.name, key_type=bytes, value_type=bytes)
+    rollout_events = app.Table("rollout-events", default=bytes, partitions=4)
+    group_bundles = app.Table("group-bundles", default=bytes, partitions=4)
+    sink = analytics_client(infra) if settings.sink else None
+    if sink is not None:
+        ensure_tables(sink)
+
+    async def dead_letter(message: Any, reason: str) -> None:
+        letter = DeadLetter(
+            source_topic=message.topic, partition=message.partition, offset=message.offset,
+            reason=reason, consumer=settings.app_id, ts=datetime.now(UTC),
+            key=message.key, value=message.value,
+        )  # fmt: skip
+        await dlq.send(key=message.key, value=codec.encode(letter))
+
+    @app.agent(events)
+    async def assemble(stream: faust.StreamT) -> None:
+        async for event in stream.events():
+            try:
+                envelope = codec.decode(event.value, Envelope)
+            except SchemaError as exc:
+                await dead_letter(event.message, str(exc))
+                continue
+            rid = envelope.rollout_id
+            bundle = rollout_events[rid]
+            current = bundles.assembly(rid, bundle)
+            if not current.add(envelope):
+                continue
+            bundle = bundles.append(bundle, event.value)
+            if not current.complete:
+                rollout_events[rid] = bundle
+                continue
+            group = bundles.group_of(current)
+            assert group is not None
+            await ended.send(key=group[0].encode(), value=bundles.append(b"", bundle))
+            del rollout_events[rid]
+
+    @app.agent(ended)
+    async def score(stream: faust.StreamT) -> None:
+        async for event in stream.events():
+            group_id = event.key.decode()
+            merged = group_bundles[group_id] + event.value
+            members = {}
+            for rollout_bundle in bundles.messages(merged):
+                first = next(bundles.messages(rollout_bundle))
+                rid = codec.decode(first, Envelope).rollout_id
+                members[rid] = bundles.assembly(rid, rollout_bundle)
+            group = bundles.group_of(next(iter(members.values())))
+            if group is None or len(members) < group[1]:
+                group_bundles[group_id] = merged
+                continue
+            rollouts = sorted((m.assemble() for m in members.values()),
+                              key=lambda r: (r.queue_index, r.rollout_id))  # fmt: skip
+            completed_at = max(r.ended_ts for r in rollouts)
+            scored = score_trajectories(rollouts, config.rewards, completed_at)
+            for trajectory in scored:
+                await trajectories.send(key=event.key, value=codec.encode(trajectory))
+            if sink is not None:
+                insert_rollouts(sink, [rollout_row(t, -1) for t in scored])
+                insert_calls(sink, call_rows(e for m in members.values() for e in m.events))
+            del group_bundles[group_id]
+
+    @app.task
+    async def sequence() -> None:
+        await run_sequencer(settings, bootstrap, config)
+
+    return app
+
+
+async def run_sequencer(settings: StreamsSettings, bootstrap: str, config: Any) -> None:
+    """Rebuild from the start of the inputs, skip what forge.train holds, then follow.
+
+    Catching up (after a start, or while upstream works through a backlog) nothing is applied
+    until the inputs have been quiet for ``idle_flush_s``: then every fact is applied in
+    event-time order, exactly as a replay would. After that the watermark trails the wall
+    clock by ``lateness_s``: live facts are stamped now and arrive within that lag.
+    """
+    sequencer = EventTimeSequencer(config.window, config.item_timeout_s, config.max_staleness)
+    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False,
+                                **CONSUMER_LARGE)  # fmt: skip
+    producer = durable_producer(bootstrap)
+    await consumer.start()
+    await producer.start()
+    try:
+        topics = (settings.queue_topic, settings.trajectories_topic, settings.policy_topic)
+        partitions = await asyncio.to_thread(_all_partitions, bootstrap, topics)
+        consumer.assign(partitions)
+        await consumer.seek_to_beginning(*partitions)
+        train = TopicPartition(settings.train_topic, 0)
+        already = (await consumer.end_offsets([train]))[train]
+        emitted = 0
+        caught_up = False
+        last_input = time.monotonic()
+        while True:
+            batches = await consumer.getmany(timeout_ms=200, max_records=2000)
+            for tp, messages in batches.items():
+                for message in messages:
+                    _add_fact(sequencer, tp.topic, settings, message)
+                    last_input = time.monotonic()
+            if time.monotonic() - last_input > settings.idle_flush_s:
+                caught_up, watermark = True, float("inf")
+            elif caught_up:
+                watermark = time.time() - settings.lateness_s
+            else:
+                continue
+            for sample in sequencer.advance(watermark):
+                emitted += 1
+                if emitted <= already:
+                    continue  # written before a restart
+                await producer.send_and_wait(
+                    settings.train_topic, codec.encode(sample), key=sample.sample_id.encode()
+                )
+    except asyncio.CancelledError:
+        raise
+    finally:
+        await consumer.stop()
+        await producer.stop()
+
+
+def _all_partitions(bootstrap: str, topics: tuple[str, ...]) -> list[TopicPartition]:
+    """Every partition of ``topics`` (aiokafka's metadata can lag behind new topics)."""
+    probe = sync_consumer(bootstrap)
+    try:
+        return [
+            TopicPartition(topic, p)
+            for topic in topics
+            for p in sorted(probe.partitions_for_topic(topic) or ())
+        ]
+    finally:
+        probe.close()
+
+
+def _add_fact(
+    sequencer: EventTimeSequencer, topic: str, settings: StreamsSettings, message: Any
+) -> None:
+    try:
+        if topic == settings.queue_topic:
+            sequencer.add_queue_entry(message.offset, codec.decode(message.value, QueueEntry))
+        elif topic == settings.policy_topic:
+            sequencer.add_policy(codec.decode(message.value, PolicyUpdated))
+        else:
+            sequencer.add_completion(codec.decode(message.value, Trajectory))
+    except SchemaError as exc:
+        log.warning("sequencer skipped %s@%d: %s", topic, message.offset, exc)

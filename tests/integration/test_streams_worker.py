@@ -1,0 +1,96 @@
+"""The live Faust worker on the real broker produces exactly what a replay of the log does."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from datetime import timedelta
+
+import numpy as np
+import pytest
+
+from infra.kafka_clients import ensure_topics, sync_producer
+from infra.log_reader import LogRange, read_log
+from schemas import codec
+from schemas.records import DeadLetter, QueueEntry
+from schemas.topics import DLQ, EVENTS, POLICY, QUEUE, TRAJECTORIES, TopicSpec, derived_train_topic
+from streams.pipeline import PipelineConfig, process_log
+from tests.builders import T0
+from tests.unit.streams.test_pipeline import rollout
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+
+def synthetic_log(rollouts: int, group: int):
+    rng = np.random.default_rng(7)
+    events, queue = [], []
+    for i in range(rollouts):
+        start = i * 0.5
+        duration = float(rng.lognormal(1.0, 1.0))
+        rid, gid = f"r{i:03d}", f"g{i // group}"
+        events.append(
+            rollout(rid, gid, group, i, start, start + duration, outcome=float(i % 3 == 0))
+        )
+        queue.append((i, QueueEntry(rid, gid, group, T0 + timedelta(seconds=start))))
+    return events, queue
+
+
+def train_samples(kafka, topic):
+    return [d.record for d in read_log(kafka, derived_train_topic(topic), LogRange())]
+
+
+def test_worker_output_equals_the_replay_and_dead_letters_garbage(kafka, tmp_path):
+    suffix = uuid.uuid4().hex[:8]
+    names = {s.name: f"test.{s.name}.{suffix}" for s in (EVENTS, QUEUE, TRAJECTORIES, POLICY)}
+    specs = tuple(TopicSpec(names[s.name], s.record, s.partitions, s.configs)
+                  for s in (EVENTS, QUEUE, TRAJECTORIES, POLICY))  # fmt: skip
+    train = derived_train_topic(f"test.forge.train.{suffix}")
+    ensure_topics(kafka, (*specs, train), timeout_s=30)
+    per_rollout, queue = synthetic_log(48, 4)
+    producer = sync_producer(kafka)
+    for _, entry in queue:
+        producer.send(names[QUEUE.name], codec.encode(entry), key=entry.rollout_id.encode())
+    for events in per_rollout:
+        for e in events:
+            producer.send(names[EVENTS.name], codec.encode(e), key=e.rollout_id.encode())
+    producer.send(names[EVENTS.name], b"garbage", key=b"x")
+    producer.flush()
+    producer.close()
+    reference = process_log([e for r in per_rollout for e in r], queue, [], PipelineConfig())
+
+    env = {
+        **os.environ, "FORGE_HOME": str(tmp_path), "FORGE_KAFKA_BOOTSTRAP": kafka,
+        "FORGE_STREAMS_APP_ID": f"test-streams-{suffix}", "FORGE_STREAMS_SINK": "false",
+        "FORGE_STREAMS_EVENTS_TOPIC": names[EVENTS.name],
+        "FORGE_STREAMS_QUEUE_TOPIC": names[QUEUE.name],
+        "FORGE_STREAMS_TRAJECTORIES_TOPIC": names[TRAJECTORIES.name],
+        "FORGE_STREAMS_POLICY_TOPIC": names[POLICY.name], "FORGE_STREAMS_TRAIN_TOPIC": train.name,
+        "FORGE_STREAMS_WEB_PORT": str(20000 + os.getpid() % 20000),
+    }  # fmt: skip
+    cmd = [sys.executable, "-m", "forge_rl.cli", "streams"]
+    worker = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        deadline = time.monotonic() + 180
+        while len(train_samples(kafka, train.name)) < len(reference.samples):
+            assert worker.poll() is None, worker.stderr.read().decode()[-3000:]
+            if time.monotonic() > deadline:
+                worker.send_signal(signal.SIGTERM)
+                log = worker.communicate(timeout=30)[1].decode()[-3000:]
+                pytest.fail(f"the worker did not finish: {log}")
+            time.sleep(0.5)
+        time.sleep(3)  # nothing more may come
+    finally:
+        worker.send_signal(signal.SIGTERM)
+        worker.wait(30)
+    live = train_samples(kafka, train.name)
+    assert [s.sample_id for s in live] == [s.sample_id for s in reference.samples]
+    assert live == reference.samples
+    letters = [d.record for d in read_log(kafka, DLQ, LogRange())]
+    assert any(
+        isinstance(d, DeadLetter) and d.source_topic == names[EVENTS.name] and d.value == b"garbage"
+        for d in letters
+    )
