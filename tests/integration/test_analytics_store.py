@@ -79,7 +79,12 @@ def test_train_steps_from_metrics_records_are_idempotent(analytics):
 
 def test_every_ready_report_runs(analytics):
     from streams.reports import REPORTS
+    from schemas.records import TrainStep
+    from streams.sinks import insert_rollouts, insert_train_steps, rollout_row
+    from tests.builders import T0, trajectory
 
+    insert_rollouts(analytics, [rollout_row(trajectory(), staleness=1)])
+    insert_train_steps(analytics, [TrainStep(900, 900, 0.1, 8, 100, 50, 2.0, 0.0, 0.5, 1, 0.1, T0)])
     for title, sql in REPORTS.values():
-        columns, _ = query_rows(analytics, sql)
-        assert columns, title
+        columns, rows = query_rows(analytics, sql)
+        assert columns and rows, title
