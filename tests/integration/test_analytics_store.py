@@ -78,8 +78,8 @@ def test_train_steps_from_metrics_records_are_idempotent(analytics):
 
 
 def test_every_ready_report_runs(analytics):
-    from streams.reports import REPORTS
     from schemas.records import TrainStep
+    from streams.reports import REPORTS
     from streams.sinks import insert_rollouts, insert_train_steps, rollout_row
     from tests.builders import T0, trajectory
 
