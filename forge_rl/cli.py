@@ -299,21 +299,35 @@ def replay(
 def analytics(ctx: click.Context, reports: tuple[str, ...], sql: str | None) -> None:
     """Ready reports (reward by policy version, completion times, staleness, throughput,
     training) or raw SQL over the analytics store."""
-    from infra.analytics import analytics_client, ensure_tables, query_rows
+    from infra.analytics import (
+        AnalyticsUnavailableError,
+        analytics_client,
+        ensure_tables,
+        query_owner,
+        query_rows,
+    )
+    from streams.config import StreamsSettings
     from streams.reports import REPORTS
 
-    client = analytics_client(infra_settings(ctx))
+    queries = [("query", sql)] if sql else [REPORTS[r] for r in (reports or REPORTS)]
     try:
-        ensure_tables(client)
-        queries = [("query", sql)] if sql else [REPORTS[r] for r in (reports or REPORTS)]
-        for title, query in queries:
-            columns, rows = query_rows(client, query)
-            table = Table(*columns, title=title)
-            for row in rows:
-                table.add_row(*(str(v) for v in row))
-            console.print(table)
-    finally:
-        client.close()
+        client = analytics_client(infra_settings(ctx))
+    except AnalyticsUnavailableError:
+        # The streams worker owns the embedded store while it runs: ask it.
+        streams = load_settings(StreamsSettings, ctx.find_root().obj, "streams")
+        owner = f"http://127.0.0.1:{streams.web_port}"
+        results = [(title, *query_owner(owner, query)) for title, query in queries]
+    else:
+        try:
+            ensure_tables(client)
+            results = [(title, *query_rows(client, query)) for title, query in queries]
+        finally:
+            client.close()
+    for title, columns, rows in results:
+        table = Table(*columns, title=title)
+        for row in rows:
+            table.add_row(*(str(v) for v in row))
+        console.print(table)
 
 
 @main.command()

@@ -109,3 +109,30 @@ def ensure_tables(client: Client) -> None:
 def query_rows(client: Client, sql: str) -> tuple[list[str], list[tuple[Any, ...]]]:
     result = client.query(sql)
     return list(result.column_names), [tuple(r) for r in result.result_rows]
+
+
+READ_ONLY = ("select", "with", "show", "describe", "desc", "explain")
+
+
+def is_read_only(sql: str) -> bool:
+    """A single statement that reads (served to other processes by the store's owner)."""
+    statement = sql.strip().rstrip(";")
+    return bool(statement) and ";" not in statement and statement.split()[0].lower() in READ_ONLY
+
+
+def query_owner(
+    web_url: str, sql: str, timeout_s: float = 30.0
+) -> tuple[list[str], list[tuple[Any, ...]]]:
+    """Run read-only SQL through the process that owns the embedded store."""
+    import httpx
+
+    try:
+        response = httpx.get(f"{web_url}/query/", params={"sql": sql}, timeout=timeout_s)
+    except httpx.HTTPError as exc:
+        raise AnalyticsUnavailableError(
+            f"the store's owner at {web_url} did not answer: {exc}"
+        ) from exc
+    body = response.json()
+    if response.status_code != 200:
+        raise AnalyticsUnavailableError(f"query refused: {body.get('error')}")
+    return list(body["columns"]), [tuple(r) for r in body["rows"]]

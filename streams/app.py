@@ -22,7 +22,7 @@ from typing import Any
 import faust
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
-from infra.analytics import analytics_client, ensure_tables
+from infra.analytics import analytics_client, ensure_tables, is_read_only, query_rows
 from infra.config import InfraSettings
 from infra.kafka_clients import CONSUMER_LARGE, durable_producer, sync_consumer
 from schemas import codec
@@ -128,6 +128,15 @@ def create_streams_app(
     @app.task
     async def sequence() -> None:
         await run_sequencer(settings, bootstrap, config)
+
+    @app.page("/query/")
+    async def query(web: Any, request: Any) -> Any:
+        """Read-only SQL for other processes: this worker owns the embedded store."""
+        sql = request.query.get("sql", "")
+        if sink is None or not is_read_only(sql):
+            return web.json({"error": "only SELECT/WITH/SHOW/DESCRIBE queries"}, status=400)
+        columns, rows = query_rows(sink, sql)
+        return web.json({"columns": columns, "rows": [[str(v) for v in r] for r in rows]})
 
     return app
 

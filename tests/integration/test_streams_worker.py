@@ -64,7 +64,7 @@ def test_worker_output_equals_the_replay_and_dead_letters_garbage(kafka, tmp_pat
 
     env = {
         **os.environ, "FORGE_HOME": str(tmp_path), "FORGE_KAFKA_BOOTSTRAP": kafka,
-        "FORGE_STREAMS_APP_ID": f"test-streams-{suffix}", "FORGE_STREAMS_SINK": "false",
+        "FORGE_STREAMS_APP_ID": f"test-streams-{suffix}",
         "FORGE_STREAMS_EVENTS_TOPIC": names[EVENTS.name],
         "FORGE_STREAMS_QUEUE_TOPIC": names[QUEUE.name],
         "FORGE_STREAMS_TRAJECTORIES_TOPIC": names[TRAJECTORIES.name],
@@ -83,6 +83,14 @@ def test_worker_output_equals_the_replay_and_dead_letters_garbage(kafka, tmp_pat
                 pytest.fail(f"the worker did not finish: {log}")
             time.sleep(0.5)
         time.sleep(3)  # nothing more may come
+        # The worker owns the embedded store; the CLI's queries go through it.
+        sql = "SELECT count(), sum(num_calls) FROM rollouts FINAL"
+        report = subprocess.run(
+            [*cmd[:-1], "analytics", "--sql", sql], env={**env, "COLUMNS": "200"},
+            capture_output=True, text=True, timeout=120,
+        )  # fmt: skip
+        assert report.returncode == 0, report.stderr
+        assert f"{len(reference.samples)}" in report.stdout
     finally:
         worker.send_signal(signal.SIGTERM)
         worker.wait(30)
