@@ -64,8 +64,10 @@ def create_streams_app(
                       partitions=4, internal=True)  # fmt: skip
     trajectories = app.topic(settings.trajectories_topic, key_type=bytes, value_type=bytes)
     dlq = app.topic(DLQ.name, key_type=bytes, value_type=bytes)
-    rollout_events = app.Table("rollout-events", default=bytes, partitions=4)
-    group_bundles = app.Table("group-bundles", default=bytes, partitions=4)
+    # Keys and values are bytes on both sides: a str key would not survive changelog recovery.
+    tables = {"default": bytes, "partitions": 4, "key_type": bytes, "value_type": bytes}
+    rollout_events = app.Table("rollout-events", **tables)
+    group_bundles = app.Table("group-bundles", **tables)
     sink = analytics_client(infra) if settings.sink else None
     if sink is not None:
         ensure_tables(sink)
@@ -87,24 +89,24 @@ def create_streams_app(
                 await dead_letter(event.message, str(exc))
                 continue
             rid = envelope.rollout_id
-            bundle = rollout_events[rid]
+            key = rid.encode()
+            bundle = rollout_events[key]
             current = bundles.assembly(rid, bundle)
             if not current.add(envelope):
                 continue
             bundle = bundles.append(bundle, event.value)
             if not current.complete:
-                rollout_events[rid] = bundle
+                rollout_events[key] = bundle
                 continue
             group = bundles.group_of(current)
             assert group is not None
             await ended.send(key=group[0].encode(), value=bundles.append(b"", bundle))
-            del rollout_events[rid]
+            del rollout_events[key]
 
     @app.agent(ended)
     async def score(stream: faust.StreamT) -> None:
         async for event in stream.events():
-            group_id = event.key.decode()
-            merged = group_bundles[group_id] + event.value
+            merged = group_bundles[event.key] + event.value
             members = {}
             for rollout_bundle in bundles.messages(merged):
                 first = next(bundles.messages(rollout_bundle))
@@ -112,7 +114,7 @@ def create_streams_app(
                 members[rid] = bundles.assembly(rid, rollout_bundle)
             group = bundles.group_of(next(iter(members.values())))
             if group is None or len(members) < group[1]:
-                group_bundles[group_id] = merged
+                group_bundles[event.key] = merged
                 continue
             rollouts = sorted((m.assemble() for m in members.values()),
                               key=lambda r: (r.queue_index, r.rollout_id))  # fmt: skip
@@ -123,7 +125,7 @@ def create_streams_app(
             if sink is not None:
                 insert_rollouts(sink, [rollout_row(t, -1) for t in scored])
                 insert_calls(sink, call_rows(e for m in members.values() for e in m.events))
-            del group_bundles[group_id]
+            del group_bundles[event.key]
 
     @app.task
     async def sequence() -> None:

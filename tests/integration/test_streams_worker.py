@@ -102,3 +102,55 @@ def test_worker_output_equals_the_replay_and_dead_letters_garbage(kafka, tmp_pat
         isinstance(d, DeadLetter) and d.source_topic == names[EVENTS.name] and d.value == b"garbage"
         for d in letters
     )
+
+
+def test_kill_9_mid_way_then_restart_loses_and_repeats_nothing(kafka, tmp_path):
+    suffix = uuid.uuid4().hex[:8]
+    names = {s.name: f"test.{s.name}.{suffix}" for s in (EVENTS, QUEUE, TRAJECTORIES, POLICY)}
+    specs = tuple(TopicSpec(names[s.name], s.record, s.partitions, s.configs)
+                  for s in (EVENTS, QUEUE, TRAJECTORIES, POLICY))  # fmt: skip
+    train = derived_train_topic(f"test.forge.train.{suffix}")
+    ensure_topics(kafka, (*specs, train), timeout_s=30)
+    per_rollout, queue = synthetic_log(48, 4)
+    producer = sync_producer(kafka)
+    for _, entry in queue:
+        producer.send(names[QUEUE.name], codec.encode(entry), key=entry.rollout_id.encode())
+    for events in per_rollout:
+        for e in events:
+            producer.send(names[EVENTS.name], codec.encode(e), key=e.rollout_id.encode())
+    producer.flush()
+    producer.close()
+    reference = process_log([e for r in per_rollout for e in r], queue, [], PipelineConfig())
+    env = {
+        **os.environ, "FORGE_HOME": str(tmp_path), "FORGE_KAFKA_BOOTSTRAP": kafka,
+        "FORGE_STREAMS_APP_ID": f"test-streams-{suffix}", "FORGE_STREAMS_SINK": "false",
+        "FORGE_STREAMS_EVENTS_TOPIC": names[EVENTS.name],
+        "FORGE_STREAMS_QUEUE_TOPIC": names[QUEUE.name],
+        "FORGE_STREAMS_TRAJECTORIES_TOPIC": names[TRAJECTORIES.name],
+        "FORGE_STREAMS_POLICY_TOPIC": names[POLICY.name], "FORGE_STREAMS_TRAIN_TOPIC": train.name,
+        "FORGE_STREAMS_WEB_PORT": str(21000 + os.getpid() % 20000),
+    }  # fmt: skip
+    cmd = [sys.executable, "-m", "forge_rl.cli", "streams"]
+    first = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 120
+    while sum(1 for _ in read_log(kafka, specs[2], LogRange())) < 8:
+        assert first.poll() is None, first.stderr.read().decode()[-3000:]
+        assert time.monotonic() < deadline, "the worker scored nothing"
+        time.sleep(0.1)
+    first.send_signal(signal.SIGKILL)
+    first.wait()
+    assert len(train_samples(kafka, train.name)) < len(reference.samples), "killed too late"
+    second = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        deadline = time.monotonic() + 180
+        while len(train_samples(kafka, train.name)) < len(reference.samples):
+            assert second.poll() is None, second.stderr.read().decode()[-3000:]
+            if time.monotonic() > deadline:
+                second.send_signal(signal.SIGTERM)
+                pytest.fail(f"no finish: {second.communicate(timeout=30)[1].decode()[-3000:]}")
+            time.sleep(0.5)
+        time.sleep(3)
+    finally:
+        second.send_signal(signal.SIGTERM)
+        second.wait(30)
+    assert train_samples(kafka, train.name) == reference.samples
