@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 from infra.kafka_clients import ensure_topics, sync_producer
+from infra.local_broker import free_port
 from infra.log_reader import LogRange, read_log
 from schemas import codec
 from schemas.records import DeadLetter, QueueEntry
@@ -43,25 +44,26 @@ def train_samples(kafka, topic):
     return [d.record for d in read_log(kafka, derived_train_topic(topic), LogRange())]
 
 
-def test_worker_output_equals_the_replay_and_dead_letters_garbage(kafka, tmp_path):
+def prepared_log(kafka, tmp_path, rollouts: int, garbage: bool):
+    """Fresh topics holding a synthetic log; the worker's env; the replay's expected output."""
     suffix = uuid.uuid4().hex[:8]
     names = {s.name: f"test.{s.name}.{suffix}" for s in (EVENTS, QUEUE, TRAJECTORIES, POLICY)}
     specs = tuple(TopicSpec(names[s.name], s.record, s.partitions, s.configs)
                   for s in (EVENTS, QUEUE, TRAJECTORIES, POLICY))  # fmt: skip
     train = derived_train_topic(f"test.forge.train.{suffix}")
     ensure_topics(kafka, (*specs, train), timeout_s=30)
-    per_rollout, queue = synthetic_log(48, 4)
+    per_rollout, queue = synthetic_log(rollouts, 4)
     producer = sync_producer(kafka)
     for _, entry in queue:
         producer.send(names[QUEUE.name], codec.encode(entry), key=entry.rollout_id.encode())
     for events in per_rollout:
         for e in events:
             producer.send(names[EVENTS.name], codec.encode(e), key=e.rollout_id.encode())
-    producer.send(names[EVENTS.name], b"garbage", key=b"x")
+    if garbage:
+        producer.send(names[EVENTS.name], b"garbage", key=b"x")
     producer.flush()
     producer.close()
     reference = process_log([e for r in per_rollout for e in r], queue, [], PipelineConfig())
-
     env = {
         **os.environ, "FORGE_HOME": str(tmp_path), "FORGE_KAFKA_BOOTSTRAP": kafka,
         "FORGE_STREAMS_APP_ID": f"test-streams-{suffix}",
@@ -69,20 +71,36 @@ def test_worker_output_equals_the_replay_and_dead_letters_garbage(kafka, tmp_pat
         "FORGE_STREAMS_QUEUE_TOPIC": names[QUEUE.name],
         "FORGE_STREAMS_TRAJECTORIES_TOPIC": names[TRAJECTORIES.name],
         "FORGE_STREAMS_POLICY_TOPIC": names[POLICY.name], "FORGE_STREAMS_TRAIN_TOPIC": train.name,
-        "FORGE_STREAMS_WEB_PORT": str(20000 + os.getpid() % 20000),
+        "FORGE_STREAMS_WEB_PORT": str(free_port()),
     }  # fmt: skip
-    cmd = [sys.executable, "-m", "forge_rl.cli", "streams"]
+    return names, specs, train, reference, env
+
+
+def run_until_complete(kafka, cmd, env, train, expected: int):
     worker = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 180
+    while len(train_samples(kafka, train.name)) < expected:
+        assert worker.poll() is None, worker.stderr.read().decode()[-3000:]
+        if time.monotonic() > deadline:
+            worker.send_signal(signal.SIGTERM)
+            pytest.fail(
+                f"the worker did not finish: {worker.communicate(timeout=30)[1].decode()[-3000:]}"
+            )
+        time.sleep(0.5)
+    time.sleep(3)  # nothing more may come
+    return worker
+
+
+def stop(worker) -> None:
+    worker.send_signal(signal.SIGTERM)
+    worker.wait(30)
+
+
+def test_worker_output_equals_the_replay_and_dead_letters_garbage(kafka, tmp_path):
+    names, _, train, reference, env = prepared_log(kafka, tmp_path, 48, garbage=True)
+    cmd = [sys.executable, "-m", "forge_rl.cli", "streams"]
+    worker = run_until_complete(kafka, cmd, env, train, len(reference.samples))
     try:
-        deadline = time.monotonic() + 180
-        while len(train_samples(kafka, train.name)) < len(reference.samples):
-            assert worker.poll() is None, worker.stderr.read().decode()[-3000:]
-            if time.monotonic() > deadline:
-                worker.send_signal(signal.SIGTERM)
-                log = worker.communicate(timeout=30)[1].decode()[-3000:]
-                pytest.fail(f"the worker did not finish: {log}")
-            time.sleep(0.5)
-        time.sleep(3)  # nothing more may come
         # The worker owns the embedded store; the CLI's queries go through it.
         sql = "SELECT count(), sum(num_calls) FROM rollouts FINAL"
         report = subprocess.run(
@@ -92,8 +110,7 @@ def test_worker_output_equals_the_replay_and_dead_letters_garbage(kafka, tmp_pat
         assert report.returncode == 0, report.stderr
         assert f"{len(reference.samples)}" in report.stdout
     finally:
-        worker.send_signal(signal.SIGTERM)
-        worker.wait(30)
+        stop(worker)
     live = train_samples(kafka, train.name)
     assert [s.sample_id for s in live] == [s.sample_id for s in reference.samples]
     assert live == reference.samples
@@ -105,31 +122,8 @@ def test_worker_output_equals_the_replay_and_dead_letters_garbage(kafka, tmp_pat
 
 
 def test_kill_9_mid_way_then_restart_loses_and_repeats_nothing(kafka, tmp_path):
-    suffix = uuid.uuid4().hex[:8]
-    names = {s.name: f"test.{s.name}.{suffix}" for s in (EVENTS, QUEUE, TRAJECTORIES, POLICY)}
-    specs = tuple(TopicSpec(names[s.name], s.record, s.partitions, s.configs)
-                  for s in (EVENTS, QUEUE, TRAJECTORIES, POLICY))  # fmt: skip
-    train = derived_train_topic(f"test.forge.train.{suffix}")
-    ensure_topics(kafka, (*specs, train), timeout_s=30)
-    per_rollout, queue = synthetic_log(48, 4)
-    producer = sync_producer(kafka)
-    for _, entry in queue:
-        producer.send(names[QUEUE.name], codec.encode(entry), key=entry.rollout_id.encode())
-    for events in per_rollout:
-        for e in events:
-            producer.send(names[EVENTS.name], codec.encode(e), key=e.rollout_id.encode())
-    producer.flush()
-    producer.close()
-    reference = process_log([e for r in per_rollout for e in r], queue, [], PipelineConfig())
-    env = {
-        **os.environ, "FORGE_HOME": str(tmp_path), "FORGE_KAFKA_BOOTSTRAP": kafka,
-        "FORGE_STREAMS_APP_ID": f"test-streams-{suffix}", "FORGE_STREAMS_SINK": "false",
-        "FORGE_STREAMS_EVENTS_TOPIC": names[EVENTS.name],
-        "FORGE_STREAMS_QUEUE_TOPIC": names[QUEUE.name],
-        "FORGE_STREAMS_TRAJECTORIES_TOPIC": names[TRAJECTORIES.name],
-        "FORGE_STREAMS_POLICY_TOPIC": names[POLICY.name], "FORGE_STREAMS_TRAIN_TOPIC": train.name,
-        "FORGE_STREAMS_WEB_PORT": str(21000 + os.getpid() % 20000),
-    }  # fmt: skip
+    _, specs, train, reference, env = prepared_log(kafka, tmp_path, 48, garbage=False)
+    env["FORGE_STREAMS_SINK"] = "false"
     cmd = [sys.executable, "-m", "forge_rl.cli", "streams"]
     first = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     deadline = time.monotonic() + 120
@@ -140,17 +134,5 @@ def test_kill_9_mid_way_then_restart_loses_and_repeats_nothing(kafka, tmp_path):
     first.send_signal(signal.SIGKILL)
     first.wait()
     assert len(train_samples(kafka, train.name)) < len(reference.samples), "killed too late"
-    second = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    try:
-        deadline = time.monotonic() + 180
-        while len(train_samples(kafka, train.name)) < len(reference.samples):
-            assert second.poll() is None, second.stderr.read().decode()[-3000:]
-            if time.monotonic() > deadline:
-                second.send_signal(signal.SIGTERM)
-                pytest.fail(f"no finish: {second.communicate(timeout=30)[1].decode()[-3000:]}")
-            time.sleep(0.5)
-        time.sleep(3)
-    finally:
-        second.send_signal(signal.SIGTERM)
-        second.wait(30)
+    stop(run_until_complete(kafka, cmd, env, train, len(reference.samples)))
     assert train_samples(kafka, train.name) == reference.samples
