@@ -27,13 +27,26 @@ from infra.config import InfraSettings
 from infra.kafka_clients import CONSUMER_LARGE, durable_producer, sync_consumer
 from schemas import codec
 from schemas.errors import SchemaError
-from schemas.records import DeadLetter, Envelope, PolicyUpdated, QueueEntry, Trajectory
+from schemas.records import (
+    DeadLetter,
+    Envelope,
+    PolicyUpdated,
+    QueueEntry,
+    TrainStep,
+    Trajectory,
+)
 from schemas.topics import DLQ, MAX_MESSAGE_BYTES
 from streams import bundles
 from streams.config import StreamsSettings, load_pipeline_config
 from streams.scoring import score_trajectories
 from streams.sequencer import EventTimeSequencer
-from streams.sinks import call_rows, insert_calls, insert_rollouts, rollout_row
+from streams.sinks import (
+    call_rows,
+    insert_calls,
+    insert_rollouts,
+    insert_train_steps,
+    rollout_row,
+)
 
 log = logging.getLogger(__name__)
 
@@ -126,6 +139,19 @@ def create_streams_app(
                 insert_rollouts(sink, [rollout_row(t, -1) for t in scored])
                 insert_calls(sink, call_rows(e for m in members.values() for e in m.events))
             del group_bundles[event.key]
+
+    if sink is not None:
+
+        @app.agent(app.topic(settings.metrics_topic, key_type=bytes, value_type=bytes))
+        async def train_steps(stream: faust.StreamT) -> None:
+            """The trainer's rows reach ClickHouse only through forge.metrics."""
+            async for event in stream.events():
+                try:
+                    step = codec.decode(event.value, TrainStep)
+                except SchemaError as exc:
+                    await dead_letter(event.message, str(exc))
+                    continue
+                insert_train_steps(sink, [step])
 
     @app.task
     async def sequence() -> None:

@@ -10,7 +10,7 @@ from pydantic_settings import SettingsConfigDict
 
 from infra.settings import ForgeSettings
 from schemas.errors import ConfigError
-from schemas.topics import EVENTS, POLICY, QUEUE, TRAIN, TRAJECTORIES
+from schemas.topics import EVENTS, METRICS, POLICY, QUEUE, TRAIN, TRAJECTORIES
 from streams.pipeline import PipelineConfig
 from streams.rewards import RewardConfig
 
@@ -53,6 +53,7 @@ class StreamsSettings(ForgeSettings):
     trajectories_topic: str = TRAJECTORIES.name
     train_topic: str = TRAIN.name
     policy_topic: str = POLICY.name
+    metrics_topic: str = METRICS.name
     pipeline_file: Path | None = Field(
         default=None, description="YAML with reward weights, window and timeouts."
     )

@@ -17,8 +17,17 @@ from infra.kafka_clients import ensure_topics, sync_producer
 from infra.local_broker import free_port
 from infra.log_reader import LogRange, read_log
 from schemas import codec
-from schemas.records import DeadLetter, QueueEntry
-from schemas.topics import DLQ, EVENTS, POLICY, QUEUE, TRAJECTORIES, TopicSpec, derived_train_topic
+from schemas.records import DeadLetter, QueueEntry, TrainStep
+from schemas.topics import (
+    DLQ,
+    EVENTS,
+    METRICS,
+    POLICY,
+    QUEUE,
+    TRAJECTORIES,
+    TopicSpec,
+    derived_train_topic,
+)
 from streams.pipeline import PipelineConfig, process_log
 from tests.builders import T0
 from tests.unit.streams.test_pipeline import rollout
@@ -47,9 +56,9 @@ def train_samples(kafka, topic):
 def prepared_log(kafka, tmp_path, rollouts: int, garbage: bool):
     """Fresh topics holding a synthetic log; the worker's env; the replay's expected output."""
     suffix = uuid.uuid4().hex[:8]
-    names = {s.name: f"test.{s.name}.{suffix}" for s in (EVENTS, QUEUE, TRAJECTORIES, POLICY)}
-    specs = tuple(TopicSpec(names[s.name], s.record, s.partitions, s.configs)
-                  for s in (EVENTS, QUEUE, TRAJECTORIES, POLICY))  # fmt: skip
+    sources = (EVENTS, QUEUE, TRAJECTORIES, POLICY, METRICS)
+    names = {s.name: f"test.{s.name}.{suffix}" for s in sources}
+    specs = tuple(TopicSpec(names[s.name], s.record, s.partitions, s.configs) for s in sources)
     train = derived_train_topic(f"test.forge.train.{suffix}")
     ensure_topics(kafka, (*specs, train), timeout_s=30)
     per_rollout, queue = synthetic_log(rollouts, 4)
@@ -61,6 +70,8 @@ def prepared_log(kafka, tmp_path, rollouts: int, garbage: bool):
             producer.send(names[EVENTS.name], codec.encode(e), key=e.rollout_id.encode())
     if garbage:
         producer.send(names[EVENTS.name], b"garbage", key=b"x")
+    step = TrainStep(4242, 4242, 0.5, 8, 100, 50, 2.0, 0.0, 0.5, 1, 0.1, T0)
+    producer.send(names[METRICS.name], codec.encode(step))
     producer.flush()
     producer.close()
     reference = process_log([e for r in per_rollout for e in r], queue, [], PipelineConfig())
@@ -71,6 +82,7 @@ def prepared_log(kafka, tmp_path, rollouts: int, garbage: bool):
         "FORGE_STREAMS_QUEUE_TOPIC": names[QUEUE.name],
         "FORGE_STREAMS_TRAJECTORIES_TOPIC": names[TRAJECTORIES.name],
         "FORGE_STREAMS_POLICY_TOPIC": names[POLICY.name], "FORGE_STREAMS_TRAIN_TOPIC": train.name,
+        "FORGE_STREAMS_METRICS_TOPIC": names[METRICS.name],
         "FORGE_STREAMS_WEB_PORT": str(free_port()),
     }  # fmt: skip
     return names, specs, train, reference, env
@@ -109,6 +121,12 @@ def test_worker_output_equals_the_replay_and_dead_letters_garbage(kafka, tmp_pat
         )  # fmt: skip
         assert report.returncode == 0, report.stderr
         assert f"{len(reference.samples)}" in report.stdout
+        step_sql = "SELECT loss FROM train_steps FINAL WHERE step = 4242"
+        steps = subprocess.run(
+            [*cmd[:-1], "analytics", "--sql", step_sql],
+            env={**env, "COLUMNS": "200"}, capture_output=True, text=True, timeout=120,
+        )  # fmt: skip
+        assert steps.returncode == 0 and "0.5" in steps.stdout, steps.stderr
     finally:
         stop(worker)
     live = train_samples(kafka, train.name)
