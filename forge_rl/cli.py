@@ -169,6 +169,44 @@ def streams(ctx: click.Context) -> None:
     faust.Worker(app, loglevel="WARNING", quiet=True).execute_from_commandline()
 
 
+@main.command("run")
+@click.option("--agent-cmd", help="Shell command of a black-box agent, run once per rollout "
+              "with OPENAI_BASE_URL, OPENAI_API_KEY and FORGE_TASK set.")  # fmt: skip
+@click.option("--duration", "duration_s", type=float, help="Seconds to run the agents for.")
+@click.option("--agents", type=int, help="Agent processes at once.")
+@click.option("--max-rollouts", type=int, help="Stop after this many rollouts.")
+@click.option("--until-policy", type=int, help="Stop once the engine serves this version.")
+@click.option("--fresh", is_flag=True,
+              help="Start over: delete the local broker's data, checkpoints, policies and "
+              "analytics in FORGE_HOME first.")  # fmt: skip
+@click.pass_context
+def run_cmd(
+    ctx: click.Context,
+    agent_cmd: str | None,
+    duration_s: float | None,
+    agents: int | None,
+    max_rollouts: int | None,
+    until_policy: int | None,
+    fresh: bool,
+) -> None:
+    """The main job: Kafka, gateway, streams worker, trainer and an agent fleet on one machine,
+    with live progress; a closing analytics report. Ctrl-C stops everything it started."""
+    from forge_rl.run import run
+    from forge_rl.run_config import RunSettings
+
+    overrides = {
+        "agent_cmd": agent_cmd, "duration_s": duration_s, "agents": agents,
+        "max_rollouts": max_rollouts, "until_policy": until_policy,
+    }  # fmt: skip
+    config_file = ctx.find_root().obj
+    settings = load_settings(RunSettings, config_file, "run", overrides)
+    try:
+        run(settings, infra_settings(ctx), config_file, console, fresh=fresh)
+    except KeyboardInterrupt:
+        err_console.print("interrupted: every process this run started has been stopped")
+        sys.exit(130)
+
+
 @main.command()
 @click.option("--topic", help="Ordered sample topic (default forge.train; or a replay's topic).")
 @click.option("--max-steps", type=int, help="Stop after this many optimizer steps.")

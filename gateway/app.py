@@ -77,6 +77,10 @@ class FinishIn(BaseModel):
     outcome_reward: float | None = None
 
 
+class AbortIn(BaseModel):
+    reason: str = Field(min_length=1)
+
+
 class Gateway:
     """State shared by the routes: settings, engine, event log, rollouts, metrics."""
 
@@ -285,6 +289,13 @@ def _routes(gw: Gateway) -> APIRouter:
         event = RolloutFinished(status=body.status, outcome_reward=body.outcome_reward)
         await gw.close_rollout(rollout, event, "finished")
         return {"rollout_id": rollout.rollout_id, "status": "finished"}
+
+    @router.post("/rollouts/{rollout_id}/abort")
+    async def abort(request: Request, rollout_id: str, body: AbortIn) -> dict[str, Any]:
+        """The agent failed (crashed, gave no answer): the group scores it as aborted."""
+        rollout = gw.rollout_for(request, rollout_id, open_only=True)
+        await gw.close_rollout(rollout, RolloutAborted(reason=body.reason), "aborted")
+        return {"rollout_id": rollout.rollout_id, "status": "aborted"}
 
     async def chat(
         request: Request, body: protocol.ChatCompletionRequest, rollout_id: str | None

@@ -59,6 +59,7 @@ def create_streams_app(
         settings.app_id,
         broker=f"kafka://{bootstrap}",
         store="memory://",
+        datadir=str(infra.home / "streams"),
         value_serializer="raw",
         key_serializer="raw",
         topic_replication_factor=1,
@@ -155,7 +156,7 @@ def create_streams_app(
 
     @app.task
     async def sequence() -> None:
-        await run_sequencer(settings, bootstrap, config)
+        await run_sequencer(settings, bootstrap, config, sink)
 
     @app.page("/query/")
     async def query(web: Any, request: Any) -> Any:
@@ -169,13 +170,17 @@ def create_streams_app(
     return app
 
 
-async def run_sequencer(settings: StreamsSettings, bootstrap: str, config: Any) -> None:
+async def run_sequencer(
+    settings: StreamsSettings, bootstrap: str, config: Any, sink: Any | None = None
+) -> None:
     """Rebuild from the start of the inputs, skip what forge.train holds, then follow.
 
     Catching up (after a start, or while upstream works through a backlog) nothing is applied
-    until the inputs have been quiet for ``idle_flush_s``: then every fact is applied in
-    event-time order, exactly as a replay would. After that the watermark trails the wall
-    clock by ``lateness_s``: live facts are stamped now and arrive within that lag.
+    until upstream is live — a group completed less than ``live_within_s`` ago arrives — or
+    the inputs have been quiet for ``idle_flush_s`` (then every fact is applied, exactly as a
+    replay would). After that the watermark trails the wall clock by ``lateness_s``: live
+    facts are stamped now and arrive within that lag. Emitted samples update their rollout's
+    row with the staleness they were consumed at.
     """
     sequencer = EventTimeSequencer(config.window, config.item_timeout_s, config.max_staleness)
     consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False,
@@ -197,14 +202,17 @@ async def run_sequencer(settings: StreamsSettings, bootstrap: str, config: Any) 
             batches = await consumer.getmany(timeout_ms=200, max_records=2000)
             for tp, messages in batches.items():
                 for message in messages:
-                    _add_fact(sequencer, tp.topic, settings, message)
+                    completed = _add_fact(sequencer, tp.topic, settings, message)
                     last_input = time.monotonic()
+                    if completed is not None and not caught_up:
+                        caught_up = completed > time.time() - settings.live_within_s
             if time.monotonic() - last_input > settings.idle_flush_s:
                 caught_up, watermark = True, float("inf")
             elif caught_up:
                 watermark = time.time() - settings.lateness_s
             else:
                 continue
+            fresh = []
             for sample in sequencer.advance(watermark):
                 emitted += 1
                 if emitted <= already:
@@ -212,6 +220,10 @@ async def run_sequencer(settings: StreamsSettings, bootstrap: str, config: Any) 
                 await producer.send_and_wait(
                     settings.train_topic, codec.encode(sample), key=sample.sample_id.encode()
                 )
+                fresh.append(sample.trajectory)
+            if sink is not None and fresh:
+                rows = [rollout_row(t, sequencer.staleness[t.rollout_id]) for t in fresh]
+                insert_rollouts(sink, rows)
     except asyncio.CancelledError:
         raise
     finally:
@@ -234,13 +246,17 @@ def _all_partitions(bootstrap: str, topics: tuple[str, ...]) -> list[TopicPartit
 
 def _add_fact(
     sequencer: EventTimeSequencer, topic: str, settings: StreamsSettings, message: Any
-) -> None:
+) -> float | None:
+    """Feed one record; for a scored trajectory, return its group's completion time."""
     try:
         if topic == settings.queue_topic:
             sequencer.add_queue_entry(message.offset, codec.decode(message.value, QueueEntry))
         elif topic == settings.policy_topic:
             sequencer.add_policy(codec.decode(message.value, PolicyUpdated))
         else:
-            sequencer.add_completion(codec.decode(message.value, Trajectory))
+            trajectory = codec.decode(message.value, Trajectory)
+            sequencer.add_completion(trajectory)
+            return (trajectory.group_completed_ts or trajectory.ended_ts).timestamp()
     except SchemaError as exc:
         log.warning("sequencer skipped %s@%d: %s", topic, message.offset, exc)
+    return None

@@ -62,4 +62,9 @@ class StreamsSettings(ForgeSettings):
         default=5.0, ge=0, description="Watermark lag behind the newest fact."
     )
     idle_flush_s: float = Field(default=3.0, gt=0, description="Apply all facts after this idle.")
+    live_within_s: float = Field(
+        default=30.0,
+        gt=0,
+        description="A group completed this recently means upstream has no backlog: go live.",
+    )
     sink: bool = Field(default=True, description="Fill the rollouts and calls tables.")

@@ -10,7 +10,13 @@ import openai
 import pytest
 
 from infra.tiny_model import save_tiny_policy
-from schemas.records import ModelRequest, ModelResponse, RolloutFinished, RolloutStarted
+from schemas.records import (
+    ModelRequest,
+    ModelResponse,
+    RolloutAborted,
+    RolloutFinished,
+    RolloutStarted,
+)
 from tests.gateway_harness import ADMIN_KEY, running_gateway
 
 pytestmark = pytest.mark.integration
@@ -168,6 +174,18 @@ def test_signals_finish_and_closed_rollout(gw):
         agent.chat.completions.create(model="m", messages=CHAT, max_tokens=2)
     (finished,) = payloads(gw, rid, RolloutFinished)
     assert finished.outcome_reward == 1.0
+
+
+def test_abort_closes_the_rollout_with_its_reason(gw):
+    rollout = gw.new_rollout()
+    rid = rollout["rollout_id"]
+    with gw.admin() as client:
+        assert client.post(f"/rollouts/{rid}/abort", json={}).status_code == 422
+        assert client.post(f"/rollouts/{rid}/abort", json={"reason": "agent exited 3"}).is_success
+        assert client.post(f"/rollouts/{rid}/finish", json={}).status_code == 409
+    (aborted,) = payloads(gw, rid, RolloutAborted)
+    assert aborted.reason == "agent exited 3"
+    assert not payloads(gw, rid, RolloutFinished)
 
 
 def test_bad_input_gets_clear_errors_and_writes_nothing(gw):

@@ -1,0 +1,72 @@
+"""What the pipeline is doing, read from its topics: event counts, samples, training steps."""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass, replace
+
+from kafka import TopicPartition
+
+from infra.kafka_clients import sync_consumer
+from schemas import codec
+from schemas.errors import SchemaError
+from schemas.records import TrainStep
+
+
+@dataclass(frozen=True)
+class PipelineSnapshot:
+    events: int = 0
+    events_per_s: float = 0.0
+    samples: int = 0
+    """Ordered samples in the train topic."""
+    last_step: TrainStep | None = None
+
+
+class PipelineWatch(threading.Thread):
+    """Polls end offsets and the metrics topic once a second; ``snapshot`` is always current."""
+
+    def __init__(
+        self, bootstrap: str, events_topic: str, train_topic: str, metrics_topic: str
+    ) -> None:
+        super().__init__(name="pipeline-watch", daemon=True)
+        self.bootstrap = bootstrap
+        self.topics = (events_topic, train_topic, metrics_topic)
+        self.snapshot = PipelineSnapshot()
+        self._stop_event = threading.Event()
+
+    def stop(self) -> None:
+        self._stop_event.set()
+        self.join(timeout=5)
+
+    def run(self) -> None:
+        events_topic, train_topic, metrics_topic = self.topics
+        consumer = sync_consumer(self.bootstrap, enable_auto_commit=False)
+        try:
+            partitions = sorted(consumer.partitions_for_topic(events_topic) or ())
+            events = [TopicPartition(events_topic, p) for p in partitions]
+            train = [TopicPartition(train_topic, 0)]
+            metrics = TopicPartition(metrics_topic, 0)
+            consumer.assign([metrics])
+            consumer.seek_to_beginning(metrics)
+            previous: tuple[float, int] | None = None
+            while not self._stop_event.is_set():
+                ends = consumer.end_offsets(events + train)
+                total = sum(ends[tp] for tp in events)
+                now = time.monotonic()
+                rate = 0.0 if previous is None else (total - previous[1]) / (now - previous[0])
+                previous = (now, total)
+                step = self.snapshot.last_step
+                for messages in consumer.poll(timeout_ms=200).values():
+                    for message in messages:
+                        try:
+                            step = codec.decode(message.value, TrainStep)
+                        except SchemaError:
+                            continue  # the streams worker dead-letters it
+                self.snapshot = replace(
+                    self.snapshot, events=total, events_per_s=rate,
+                    samples=ends[train[0]], last_step=step,
+                )  # fmt: skip
+                self._stop_event.wait(1.0)
+        finally:
+            consumer.close()

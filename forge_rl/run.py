@@ -1,0 +1,361 @@
+"""`forge-rl run`: infra, gateway, streams worker and trainer as supervised processes, plus a
+fleet of black-box agents, with live progress and a closing analytics report."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import secrets
+import shutil
+import socket
+import sys
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import httpx
+from rich.console import Console
+from rich.live import Live
+from rich.table import Table
+
+from forge_rl.agent_launch import CommandLauncher, ForkedLauncher, Launcher
+from forge_rl.fleet import Fleet
+from forge_rl.learning import LearningSummary, learning_summary
+from forge_rl.pipeline_watch import PipelineSnapshot, PipelineWatch
+from forge_rl.run_config import RunSettings
+from forge_rl.supervisor import Child, Supervisor
+from infra.config import InfraSettings
+from schemas.errors import ConfigError, ForgeError
+from schemas.topics import EVENTS, METRICS, TRAIN
+
+STATE_DIRS = ("trainer", "policies", "clickhouse", "streams")
+REPORTED = ("rewards", "durations", "staleness")
+
+
+class ChildCrashedError(ForgeError):
+    """A supervised service ended while the run was on."""
+
+
+@dataclass
+class RunState:
+    started: float = field(default_factory=time.monotonic)
+    served_version: int = 0
+    version_seen_at: float | None = None
+    """Wall time at which the engine was first seen serving ``until_policy``."""
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def reset_state(infra: InfraSettings) -> None:
+    """--fresh: the local broker's data and every derived directory go."""
+    from infra.lifecycle import local_broker
+
+    if infra.kafka_bootstrap:
+        raise ConfigError("--fresh resets a local broker only; with FORGE_KAFKA_BOOTSTRAP set, "
+                          "point FORGE_HOME and the topic names at a new run instead")  # fmt: skip
+    local_broker(infra).down(purge=True)
+    for name in STATE_DIRS:
+        shutil.rmtree(infra.home / name, ignore_errors=True)
+
+
+def _wait_ready(supervisor: Supervisor, url: str, deadline: float) -> None:
+    while time.monotonic() < deadline:
+        _raise_if_exited(supervisor)
+        try:
+            if httpx.get(url, timeout=2).status_code < 500:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.5)
+    raise ForgeError(f"{url} did not come up in time (see the logs)")
+
+
+def _raise_if_exited(supervisor: Supervisor) -> None:
+    for child in supervisor.exited():
+        raise ChildCrashedError(_crash_message(child))
+
+
+def _crash_message(child: Child) -> str:
+    return (
+        f"{child.name} exited with code {child.process.returncode}; "
+        f"its log {child.log_path} ends with:\n{child.tail()}"
+    )
+
+
+class Runner:
+    def __init__(
+        self,
+        settings: RunSettings,
+        infra: InfraSettings,
+        config_file: Path | None,
+        console: Console,
+    ) -> None:
+        self.settings = settings
+        self.infra = infra
+        self.config_file = config_file
+        self.console = console
+        self.run_id = datetime.now(UTC).strftime("run-%Y%m%d-%H%M%S")
+        self.run_dir = infra.home / "runs" / self.run_id
+        self.logs = self.run_dir / "logs"
+        self.admin_key = os.environ.get("FORGE_GATEWAY_ADMIN_KEY") or secrets.token_urlsafe(24)
+        self.gateway_url = ""
+        self.web_url = ""
+        self.supervisor: Supervisor | None = None
+        self.fleet: Fleet | None = None
+        self.state = RunState()
+        self.rates: deque[tuple[float, int]] = deque(maxlen=40)
+
+    # --- start -------------------------------------------------------------------------------
+
+    def start(self) -> str:
+        """Bring up infra and the three services; return the Kafka bootstrap."""
+        from infra.lifecycle import infra_up
+
+        self.logs.mkdir(parents=True, exist_ok=True)
+        with self.console.status("bringing up Kafka…"):
+            bootstrap = infra_up(self.infra, with_analytics=False).bootstrap
+        with self.console.status("preparing the base policy…"):
+            self._base_policy()
+        gateway_port = self.settings.gateway_port or free_port()
+        web_port = self.settings.streams_web_port or free_port()
+        self.gateway_url = f"http://127.0.0.1:{gateway_port}"
+        self.web_url = f"http://127.0.0.1:{web_port}"
+        env = {
+            **os.environ,
+            "FORGE_HOME": str(self.infra.home),
+            "FORGE_GATEWAY_ADMIN_KEY": self.admin_key,
+            "FORGE_STREAMS_WEB_PORT": str(web_port),
+            "PYTHONUNBUFFERED": "1",
+        }
+        pipeline_file = self._pipeline_file()
+        if pipeline_file is not None:
+            env["FORGE_STREAMS_PIPELINE_FILE"] = str(pipeline_file)
+        supervisor = self.supervisor = Supervisor(self.logs, env)
+        cli = [sys.executable, "-m", "forge_rl.cli"]
+        if self.config_file is not None:
+            cli += ["--config", str(self.config_file)]
+        supervisor.start("streams", [*cli, "streams"])
+        supervisor.start("trainer", [*cli, "trainer"])
+        supervisor.start("gateway", [*cli, "gateway", "--port", str(gateway_port)])
+        deadline = time.monotonic() + self.settings.startup_timeout_s
+        with self.console.status("starting gateway, streams worker and trainer…"):
+            _wait_ready(supervisor, f"{self.gateway_url}/healthz", deadline)
+            _wait_ready(supervisor, f"{self.web_url}/", deadline)
+        return bootstrap
+
+    def _base_policy(self) -> None:
+        """Built once here, so the gateway and the trainer never race to write it."""
+        from infra.settings import read_config_section
+
+        gateway = read_config_section(self.config_file, "gateway").get("model_dir")
+        trainer = read_config_section(self.config_file, "trainer").get("base_model")
+        if gateway or trainer:
+            return
+        base = self.infra.home / "policies" / "base"
+        if not (base / "config.json").exists():
+            from infra.tiny_model import save_tiny_policy
+
+            save_tiny_policy(base)
+
+    def _pipeline_file(self) -> Path | None:
+        """A relative pipeline_file is relative to the config file that names it."""
+        from infra.settings import read_config_section
+
+        named = os.environ.get("FORGE_STREAMS_PIPELINE_FILE") or read_config_section(
+            self.config_file, "streams"
+        ).get("pipeline_file")
+        if not named:
+            return None
+        path = Path(named)
+        if not path.is_absolute() and self.config_file is not None:
+            beside = self.config_file.parent / path
+            path = beside if beside.exists() else path
+        if not path.exists():
+            raise ConfigError(f"streams.pipeline_file {named}: no such file")
+        return path.resolve()
+
+    # --- run ---------------------------------------------------------------------------------
+
+    def launcher(self) -> Launcher:
+        if self.settings.agent_cmd:
+            return CommandLauncher(self.settings.agent_cmd)
+        from forge_rl import guess_agent
+
+        return ForkedLauncher(guess_agent.main, ["openai", "forge_rl.guess_agent"])
+
+    async def drive(self, watch: PipelineWatch) -> None:
+        fleet = self.fleet = Fleet(self.gateway_url, self.admin_key, self.launcher(),
+                                   self.settings, self.logs / "agents.log")  # fmt: skip
+        agents = asyncio.create_task(fleet.run(self._should_stop))
+        with Live(self._dashboard(watch.snapshot), console=self.console,
+                  refresh_per_second=2, transient=False) as live:  # fmt: skip
+            async with httpx.AsyncClient(base_url=self.gateway_url, timeout=5) as http:
+                while not agents.done():
+                    assert self.supervisor is not None
+                    for child in self.supervisor.exited():
+                        agents.cancel()
+                        await asyncio.gather(agents, return_exceptions=True)
+                        raise ChildCrashedError(_crash_message(child))
+                    await self._poll_version(http)
+                    live.update(self._dashboard(watch.snapshot))
+                    await asyncio.wait({agents}, timeout=0.5)
+            live.update(self._dashboard(watch.snapshot))
+        agents.result()
+
+    async def _poll_version(self, http: httpx.AsyncClient) -> None:
+        try:
+            self.state.served_version = int((await http.get("/healthz")).json()["policy_version"])
+        except (httpx.HTTPError, KeyError, ValueError):
+            return
+        target = self.settings.until_policy
+        if target and self.state.version_seen_at is None and self.state.served_version >= target:
+            self.state.version_seen_at = time.time()
+
+    def _should_stop(self) -> bool:
+        s, fleet = self.settings, self.fleet
+        assert fleet is not None
+        if time.monotonic() - self.state.started >= s.duration_s:
+            return True
+        if s.max_rollouts is not None and len(fleet.episodes) + fleet.in_flight >= s.max_rollouts:
+            return True
+        seen = self.state.version_seen_at
+        return seen is not None and any(e.started > seen for e in fleet.episodes[-64:])
+
+    def _dashboard(self, pipeline: PipelineSnapshot) -> Table:
+        fleet = self.fleet
+        episodes = fleet.episodes if fleet else []
+        now = time.monotonic()
+        self.rates.append((now, len(episodes)))
+        then, count = self.rates[0]
+        per_s = (len(episodes) - count) / (now - then) if now > then else 0.0
+        recent = [e.reward for e in episodes[-100:] if e.reward is not None]
+        solved = sum(e.status == "solved" for e in episodes[-100:])
+        step = pipeline.last_step
+        table = Table(title=f"forge-rl run {self.run_id}", show_header=False, min_width=60)
+        elapsed = now - self.state.started
+        table.add_row("elapsed", f"{elapsed:.0f} s of {self.settings.duration_s:.0f} s")
+        table.add_row("rollouts", f"{len(episodes)} done, {fleet.in_flight if fleet else 0} "
+                      f"running · {per_s:.1f}/s")  # fmt: skip
+        table.add_row("events", f"{pipeline.events} · {pipeline.events_per_s:.0f}/s")
+        table.add_row("ordered samples", str(pipeline.samples))
+        table.add_row("policy", f"engine serves v{self.state.served_version}" + (
+            f" · trainer step {step.step}, loss {step.loss:+.4f}" if step else ""))  # fmt: skip
+        if recent:
+            table.add_row("mean reward", f"{sum(recent) / len(recent):+.3f} (last {len(recent)})"
+                          f" · solved {solved}/{min(100, len(episodes))}")  # fmt: skip
+        if step:
+            table.add_row("staleness", f"mean {step.staleness_mean:.1f}, max {step.staleness_max}"
+                          " policy versions")  # fmt: skip
+        return table
+
+    # --- end ---------------------------------------------------------------------------------
+
+    def report(self, summary: LearningSummary) -> dict[str, Any]:
+        """Analytics from the worker's store once its sink has caught up, and where data is."""
+        from infra.analytics import AnalyticsUnavailableError, query_owner
+        from streams.reports import REPORTS
+
+        assert self.fleet is not None
+        expected = len(self.fleet.episodes)
+        deadline = time.monotonic() + self.settings.drain_timeout_s
+        count = 0
+        with self.console.status("waiting for the sink to store every rollout…"):
+            while time.monotonic() < deadline:
+                try:
+                    _, rows = query_owner(self.web_url, "SELECT count() FROM rollouts FINAL")
+                    count = int(rows[0][0])
+                except AnalyticsUnavailableError:
+                    pass
+                if count >= expected:
+                    break
+                time.sleep(1)
+        tables: dict[str, Any] = {}
+        for name in REPORTED:
+            title, sql = REPORTS[name]
+            try:
+                columns, rows = query_owner(self.web_url, sql)
+            except AnalyticsUnavailableError as exc:
+                self.console.print(f"[yellow]{title}: {exc}[/yellow]")
+                continue
+            tables[name] = {"columns": columns, "rows": [list(r) for r in rows]}
+            table = Table(*columns, title=title)
+            for row in rows:
+                table.add_row(*(str(v) for v in row))
+            self.console.print(table)
+        self.console.print(
+            f"rewards (task reward per rollout, {summary.rollouts} rollouts, "
+            f"{summary.aborted} aborted): first 20% {summary.first.mean:+.3f} "
+            f"± {summary.first.std:.3f} → last 20% {summary.last.mean:+.3f} "
+            f"± {summary.last.std:.3f} (gain {summary.gain:+.3f})"
+        )
+        if count < expected:
+            self.console.print(f"[yellow]the sink held {count} of {expected} rollouts after "
+                               f"{self.settings.drain_timeout_s:.0f} s[/yellow]")  # fmt: skip
+        return {"stored_rollouts": count, "reports": tables}
+
+    def where(self, bootstrap: str) -> None:
+        home = self.infra.home
+        table = Table(title="where the data lives", show_header=False)
+        table.add_row("Kafka", f"{bootstrap} (forge.events is the source of truth)")
+        table.add_row("analytics", self.infra.clickhouse_url or str(self.infra.chdb_path))
+        table.add_row("policies", str(home / "policies"))
+        table.add_row("checkpoints", str(home / "trainer" / "checkpoints"))
+        table.add_row("logs, summary", str(self.run_dir))
+        self.console.print(table)
+
+    def stop(self) -> None:
+        if self.supervisor is None:
+            return
+        with self.console.status("stopping gateway, streams worker and trainer…"):
+            codes = self.supervisor.stop_all()
+        self.console.print("stopped " + ", ".join(
+            f"{name} ({'ok' if code in (0, -15) else f'exit {code}'})"
+            for name, code in codes.items()))  # fmt: skip
+
+
+def run(settings: RunSettings, infra: InfraSettings, config_file: Path | None,
+        console: Console, *, fresh: bool) -> LearningSummary:  # fmt: skip
+    """The whole main job; raises ChildCrashedError when a service dies under it."""
+    if fresh:
+        reset_state(infra)
+    runner = Runner(settings, infra, config_file, console)
+    watch: PipelineWatch | None = None
+    try:
+        bootstrap = runner.start()
+        watch = PipelineWatch(bootstrap, EVENTS.name, TRAIN.name, METRICS.name)
+        watch.start()
+        runner.state = RunState()
+        asyncio.run(runner.drive(watch))
+        assert runner.fleet is not None
+        episodes = sorted(runner.fleet.episodes, key=lambda e: e.started)
+        summary = learning_summary([e.reward for e in episodes])
+        analytics = runner.report(summary)
+        runner.where(bootstrap)
+        record = {
+            "run_id": runner.run_id,
+            "config": str(config_file) if config_file else None,
+            "seconds": time.monotonic() - runner.state.started,
+            "served_version": runner.state.served_version,
+            "pipeline": {
+                "events": watch.snapshot.events,
+                "samples": watch.snapshot.samples,
+                "steps": watch.snapshot.last_step.step if watch.snapshot.last_step else 0,
+            },
+            "learning": summary.as_dict(),
+            **analytics,
+        }
+        (runner.run_dir / "summary.json").write_text(json.dumps(record, indent=2, default=str))
+        return summary
+    finally:
+        if watch is not None:
+            watch.stop()
+        runner.stop()

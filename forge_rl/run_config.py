@@ -1,0 +1,41 @@
+"""Settings of `forge-rl run` (env prefix FORGE_RUN_, config-file section `run`)."""
+
+from __future__ import annotations
+
+from pydantic import Field, model_validator
+from pydantic_settings import SettingsConfigDict
+
+from infra.settings import ForgeSettings
+
+
+class RunSettings(ForgeSettings):
+    model_config = SettingsConfigDict(env_prefix="FORGE_RUN_", extra="forbid")
+
+    agents: int = Field(default=8, ge=1, description="Agent processes running at once.")
+    group_size: int = Field(default=4, ge=1, description="Rollouts per task (the reward group).")
+    max_turns: int = Field(default=4, ge=1, le=32, description="Tool calls per episode.")
+    duration_s: float = Field(default=480.0, gt=0, description="Stop launching after this long.")
+    max_rollouts: int | None = Field(default=None, ge=1, description="Stop after this many.")
+    until_policy: int | None = Field(
+        default=None,
+        ge=1,
+        description="Stop once an episode begun after the engine served this version has ended.",
+    )
+    agent_cmd: str | None = Field(
+        default=None, description="Shell command of a black-box agent; default: the built-in one."
+    )
+    agent_timeout_s: float = Field(default=120.0, gt=0, description="Kill an episode after this.")
+    seed: int = 0
+    gateway_port: int = Field(default=0, ge=0, le=65535, description="0 picks a free port.")
+    streams_web_port: int = Field(default=0, ge=0, le=65535, description="0 picks a free port.")
+    startup_timeout_s: float = Field(default=300.0, gt=0)
+    drain_timeout_s: float = Field(
+        default=60.0, gt=0, description="Wait this long for the sink to catch up before reporting."
+    )
+
+    @model_validator(mode="after")
+    def _a_group_fits(self) -> RunSettings:
+        if self.agents < self.group_size:
+            raise ValueError(f"agents ({self.agents}) must be at least group_size "
+                             f"({self.group_size}): a group's rollouts run together")  # fmt: skip
+        return self
