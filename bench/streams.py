@@ -1,10 +1,11 @@
 """Stream-processing throughput on 2k-token model-call events, and memory with many rollouts.
 
-There is no live Faust worker yet, so this measures the processing that exists: the same
-pure pipeline a replay runs (decode, assemble, score, windowed FIFO), first in process over
-pre-encoded events, then as `forge-rl replay` end to end through the real broker (read
-forge.events, process, write the ordered samples). Peak RSS is taken with --inflight
-rollouts held in the assembler at once.
+Side by side on the same events: the pure pipeline in process (decode, assemble, score,
+windowed FIFO); `forge-rl replay` through the real broker; and the live Faust worker
+(`forge-rl streams`, sink on) working through a backlog of --rollouts on forge.events —
+its rate is taken from the trajectories' record timestamps, so the worker's start-up is not
+counted. Memory: peak RSS in process, and the live worker's peak RSS while it holds
+--inflight rollouts that have started but not ended.
 
     python bench/streams.py [--rollouts 2000] [--inflight 10000]
 """
@@ -14,6 +15,8 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
+import signal
+import subprocess
 import sys
 import tempfile
 import time
@@ -31,7 +34,7 @@ sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__)
 
 from infra.config import InfraSettings  # noqa: E402
 from infra.kafka_clients import ensure_topics, sync_producer  # noqa: E402
-from infra.local_broker import LocalBroker  # noqa: E402
+from infra.local_broker import LocalBroker, free_port  # noqa: E402
 from infra.log_reader import LogRange  # noqa: E402
 from schemas import codec  # noqa: E402
 from schemas.records import (  # noqa: E402
@@ -42,7 +45,15 @@ from schemas.records import (  # noqa: E402
     RolloutFinished,
     RolloutStarted,
 )
-from schemas.topics import EVENTS, POLICY, QUEUE, TopicSpec  # noqa: E402
+from schemas.topics import (  # noqa: E402
+    EVENTS,
+    METRICS,
+    POLICY,
+    QUEUE,
+    TRAJECTORIES,
+    TopicSpec,
+    derived_train_topic,
+)
 from streams.pipeline import PipelineConfig, process_log  # noqa: E402
 from streams.replay import ReplaySources, run_replay  # noqa: E402
 
@@ -70,6 +81,140 @@ def rollout_events(i: int, rng: np.random.Generator) -> tuple[list[Envelope], Qu
         parent, shared = cid, shared + 2100
     out.append(env(RolloutFinished("success", float(i % 2)), 3))
     return out, QueueEntry(rid, group, 8, ts)
+
+
+def fresh_topics(bootstrap: str, tag: str) -> dict[str, str]:
+    suffix = uuid.uuid4().hex[:8]
+    specs = {s.name: TopicSpec(f"bench.{tag}.{s.name}.{suffix}", s.record, s.partitions, s.configs)
+             for s in (EVENTS, QUEUE, POLICY, TRAJECTORIES, METRICS)}  # fmt: skip
+    train = derived_train_topic(f"bench.{tag}.train.{suffix}")
+    ensure_topics(bootstrap, (*specs.values(), train), 30)
+    return {**{name: spec.name for name, spec in specs.items()}, "train": train.name}
+
+
+def produce(bootstrap: str, topics: dict[str, str], first: int, count: int, *,
+            finished: bool, rng: np.random.Generator) -> int:  # fmt: skip
+    producer = sync_producer(bootstrap, linger_ms=5, batch_size=1 << 20)
+    sent = 0
+    for i in range(first, first + count):
+        events, entry = rollout_events(i, rng)
+        if not finished:
+            events = events[:-1]
+        producer.send(topics[QUEUE.name], codec.encode(entry), key=entry.rollout_id.encode())
+        for e in events:
+            producer.send(topics[EVENTS.name], codec.encode(e), key=e.rollout_id.encode())
+            sent += 1
+    producer.flush()
+    producer.close()
+    return sent
+
+
+def start_worker(bootstrap: str, home: Path, topics: dict[str, str]) -> subprocess.Popen[bytes]:
+    env = {
+        **os.environ, "FORGE_HOME": str(home), "FORGE_KAFKA_BOOTSTRAP": bootstrap,
+        "FORGE_STREAMS_APP_ID": f"bench-{uuid.uuid4().hex[:8]}",
+        "FORGE_STREAMS_EVENTS_TOPIC": topics[EVENTS.name],
+        "FORGE_STREAMS_QUEUE_TOPIC": topics[QUEUE.name],
+        "FORGE_STREAMS_TRAJECTORIES_TOPIC": topics[TRAJECTORIES.name],
+        "FORGE_STREAMS_POLICY_TOPIC": topics[POLICY.name],
+        "FORGE_STREAMS_METRICS_TOPIC": topics[METRICS.name],
+        "FORGE_STREAMS_TRAIN_TOPIC": topics["train"],
+        "FORGE_STREAMS_WEB_PORT": str(free_port()),
+    }  # fmt: skip
+    cmd = [sys.executable, "-m", "forge_rl.cli", "streams"]
+    return subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
+def trajectory_times(bootstrap: str, topic: str) -> list[float]:
+    """Record timestamps (s) of everything on the trajectories topic so far."""
+    from kafka import KafkaConsumer, TopicPartition
+
+    consumer = KafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False)
+    try:
+        parts = [TopicPartition(topic, p) for p in consumer.partitions_for_topic(topic) or ()]
+        consumer.assign(parts)
+        consumer.seek_to_beginning(*parts)
+        ends = consumer.end_offsets(parts)
+        times: list[float] = []
+        while any(consumer.position(tp) < ends[tp] for tp in parts):
+            for records in consumer.poll(timeout_ms=500, max_records=5000).values():
+                times.extend(r.timestamp / 1000 for r in records)
+        return times
+    finally:
+        consumer.close()
+
+
+def live_worker_rate(bootstrap: str, home: Path, rollouts: int,
+                     rng: np.random.Generator) -> tuple[int, float, float, float]:  # fmt: skip
+    """(events, seconds, events/s, peak RSS MiB) of the worker working through a backlog."""
+    topics = fresh_topics(bootstrap, "live")
+    sent = produce(bootstrap, topics, 0, rollouts, finished=True, rng=rng)
+    worker = start_worker(bootstrap, home / "rate", topics)
+    peak = 0.0
+    try:
+        deadline = time.monotonic() + 600
+        while True:
+            peak = max(peak, _tree_rss_mb(worker.pid))
+            times = trajectory_times(bootstrap, topics[TRAJECTORIES.name])
+            if len(times) >= rollouts or time.monotonic() > deadline:
+                break
+            time.sleep(1)
+    finally:
+        worker.send_signal(signal.SIGTERM)
+        worker.wait(60)
+    times.sort()
+    span = times[-1] - times[0]
+    # Events of the rollouts scored after the first trajectory, over the time they took.
+    events = round(sent * (len(times) - 1) / len(times))
+    return events, span, events / span, peak
+
+
+def live_worker_inflight_rss(bootstrap: str, home: Path, inflight: int,
+                             rng: np.random.Generator) -> float:  # fmt: skip
+    """Peak RSS (MiB) of the worker once it holds ``inflight`` started, unfinished rollouts."""
+    topics = fresh_topics(bootstrap, "mem")
+    sent = produce(bootstrap, topics, 0, inflight, finished=False, rng=rng)
+    worker = start_worker(bootstrap, home / "mem", topics)
+    peak = 0.0
+    try:
+        deadline = time.monotonic() + 600
+        while time.monotonic() < deadline:
+            peak = max(peak, _tree_rss_mb(worker.pid))
+            group = _group_of(bootstrap, topics[EVENTS.name])
+            if group is not None and group >= sent:
+                time.sleep(3)
+                peak = max(peak, _tree_rss_mb(worker.pid))
+                break
+            time.sleep(1)
+    finally:
+        worker.send_signal(signal.SIGTERM)
+        worker.wait(60)
+    return peak
+
+
+def _group_of(bootstrap: str, topic: str) -> int | None:
+    """Offsets committed on ``topic`` by whichever consumer group reads it (the worker)."""
+    from kafka import KafkaAdminClient
+
+    admin = KafkaAdminClient(bootstrap_servers=bootstrap)
+    try:
+        total = None
+        for group, _ in admin.list_consumer_groups():
+            offsets = admin.list_consumer_group_offsets(group)
+            mine = [o.offset for tp, o in offsets.items() if tp.topic == topic]
+            if mine:
+                total = (total or 0) + sum(mine)
+        return total
+    finally:
+        admin.close()
+
+
+def _tree_rss_mb(pid: int) -> float:
+    try:
+        proc = psutil.Process(pid)
+        return sum(p.memory_info().rss for p in [proc, *proc.children(recursive=True)]) / 2**20
+    except psutil.Error:
+        return 0.0
 
 
 def peak_rss_mb() -> float:
@@ -137,6 +282,14 @@ def main() -> None:
         table.add_row(f"replay through Kafka, {args.rollouts} rollouts", str(count),
                       f"{elapsed:.2f}", f"{count / elapsed:.0f}", "")  # fmt: skip
         assert len(replay.samples) == args.rollouts
+        with console.status("live worker working through a backlog…"):
+            events, span, rate, peak = live_worker_rate(bootstrap, home, args.rollouts, rng)
+        table.add_row(f"live worker (sink on), backlog of {args.rollouts} rollouts", str(events),
+                      f"{span:.2f}", f"{rate:.0f}", f"{peak:.0f}")  # fmt: skip
+        with console.status(f"live worker holding {args.inflight} rollouts in flight…"):
+            peak = live_worker_inflight_rss(bootstrap, home, args.inflight, rng)
+        table.add_row(f"live worker, {args.inflight} rollouts in flight", "", "", "",
+                      f"{peak:.0f}")  # fmt: skip
     finally:
         if broker is not None:
             broker.down(purge=True)

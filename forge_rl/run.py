@@ -113,14 +113,17 @@ class Runner:
         self.fleet: Fleet | None = None
         self.state = RunState()
         self.rates: deque[tuple[float, int]] = deque(maxlen=40)
+        self.started_broker = False
 
     # --- start -------------------------------------------------------------------------------
 
     def start(self) -> str:
         """Bring up infra and the three services; return the Kafka bootstrap."""
-        from infra.lifecycle import infra_up
+        from infra.lifecycle import infra_up, local_broker
 
         self.logs.mkdir(parents=True, exist_ok=True)
+        if not self.infra.kafka_bootstrap:
+            self.started_broker = not local_broker(self.infra).status().running
         with self.console.status("bringing up Kafka…"):
             bootstrap = infra_up(self.infra, with_analytics=False).bootstrap
         with self.console.status("preparing the base policy…"):
@@ -305,7 +308,10 @@ class Runner:
     def where(self, bootstrap: str) -> None:
         home = self.infra.home
         table = Table(title="where the data lives", show_header=False)
-        table.add_row("Kafka", f"{bootstrap} (forge.events is the source of truth)")
+        kafka = f"{bootstrap} (forge.events is the source of truth)"
+        if self.started_broker:
+            kafka += "; stopped with this run, `forge-rl infra up` restarts it with its data"
+        table.add_row("Kafka", kafka)
         table.add_row("analytics", self.infra.clickhouse_url or str(self.infra.chdb_path))
         table.add_row("policies", str(home / "policies"))
         table.add_row("checkpoints", str(home / "trainer" / "checkpoints"))
@@ -313,13 +319,18 @@ class Runner:
         self.console.print(table)
 
     def stop(self) -> None:
-        if self.supervisor is None:
-            return
-        with self.console.status("stopping gateway, streams worker and trainer…"):
-            codes = self.supervisor.stop_all()
-        self.console.print("stopped " + ", ".join(
-            f"{name} ({'ok' if code in (0, -15) else f'exit {code}'})"
-            for name, code in codes.items()))  # fmt: skip
+        """Stop every process this run started: the services, and the broker if it was ours."""
+        from infra.lifecycle import local_broker
+
+        if self.supervisor is not None:
+            with self.console.status("stopping gateway, streams worker and trainer…"):
+                codes = self.supervisor.stop_all()
+            self.console.print("stopped " + ", ".join(
+                f"{name} ({'ok' if code in (0, -15) else f'exit {code}'})"
+                for name, code in codes.items()))  # fmt: skip
+        if self.started_broker:
+            with self.console.status("stopping the Kafka broker this run started…"):
+                local_broker(self.infra).down()
 
 
 def run(settings: RunSettings, infra: InfraSettings, config_file: Path | None,

@@ -16,7 +16,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import faust
@@ -37,7 +37,9 @@ from schemas.records import (
 )
 from schemas.topics import DLQ, MAX_MESSAGE_BYTES
 from streams import bundles
+from streams.assembler import RolloutAssembly
 from streams.config import StreamsSettings, load_pipeline_config
+from streams.pipeline import settle_group
 from streams.scoring import score_trajectories
 from streams.sequencer import EventTimeSequencer
 from streams.sinks import (
@@ -82,15 +84,24 @@ def create_streams_app(
     tables = {"default": bytes, "partitions": 4, "key_type": bytes, "value_type": bytes}
     rollout_events = app.Table("rollout-events", **tables)
     group_bundles = app.Table("group-bundles", **tables)
+    scored_groups = app.Table("scored-groups", **tables)
+    group_timeout = timedelta(seconds=config.group_timeout_s)
+    newest = [datetime.min.replace(tzinfo=UTC)]
+
+    def _horizon() -> datetime:
+        """The newest event time this worker has seen: event time, not the wall clock, drives
+        group timeouts, so a worker catching up on old events times out what a replay would."""
+        return newest[0]
+
     sink = analytics_client(infra) if settings.sink else None
     if sink is not None:
         ensure_tables(sink)
 
-    async def dead_letter(message: Any, reason: str) -> None:
+    async def dead_letter(message: Any, reason: str, value: bytes | None = None) -> None:
         letter = DeadLetter(
             source_topic=message.topic, partition=message.partition, offset=message.offset,
             reason=reason, consumer=settings.app_id, ts=datetime.now(UTC),
-            key=message.key, value=message.value,
+            key=message.key, value=message.value if value is None else value,
         )  # fmt: skip
         await dlq.send(key=message.key, value=codec.encode(letter))
 
@@ -102,6 +113,7 @@ def create_streams_app(
             except SchemaError as exc:
                 await dead_letter(event.message, str(exc))
                 continue
+            newest[0] = max(newest[0], envelope.ts)
             rid = envelope.rollout_id
             key = rid.encode()
             bundle = rollout_events[key]
@@ -119,27 +131,46 @@ def create_streams_app(
 
     @app.agent(ended)
     async def score(stream: faust.StreamT) -> None:
+        """Bundles gather per group; an empty value is a timeout tick from ``expire_groups``."""
         async for event in stream.events():
+            if scored_groups[event.key]:
+                if event.value:
+                    await dead_letter(event.message, "member of a group scored at its timeout")
+                continue
             merged = group_bundles[event.key] + event.value
-            members = {}
-            for rollout_bundle in bundles.messages(merged):
-                first = next(bundles.messages(rollout_bundle))
-                rid = codec.decode(first, Envelope).rollout_id
-                members[rid] = bundles.assembly(rid, rollout_bundle)
-            group = bundles.group_of(next(iter(members.values())))
-            if group is None or len(members) < group[1]:
+            if not merged:
+                continue
+            members = _assemblies(merged)
+            assembled = [m.assemble() for m in members.values()]
+            settled = settle_group(assembled, _horizon(), group_timeout)
+            if settled is None:
                 group_bundles[event.key] = merged
                 continue
-            rollouts = sorted((m.assemble() for m in members.values()),
-                              key=lambda r: (r.queue_index, r.rollout_id))  # fmt: skip
-            completed_at = max(r.ended_ts for r in rollouts)
-            scored = score_trajectories(rollouts, config.rewards, completed_at)
+            if settled.late:
+                raw = _rollout_bundles(merged)
+                for member in settled.late:
+                    reason = f"rollout {member.rollout_id} ended after its group's timeout"
+                    await dead_letter(event.message, reason, value=raw[member.rollout_id])
+            scored = score_trajectories(settled.members, config.rewards, settled.completed_at)
             for trajectory in scored:
                 await trajectories.send(key=event.key, value=codec.encode(trajectory))
             if sink is not None:
                 insert_rollouts(sink, [rollout_row(t, -1) for t in scored])
-                insert_calls(sink, call_rows(e for m in members.values() for e in m.events))
+                present = (members[m.rollout_id] for m in settled.members)
+                insert_calls(sink, call_rows(e for m in present for e in m.events))
+            if settled.timed_out:
+                scored_groups[event.key] = b"1"
             del group_bundles[event.key]
+
+    @app.timer(interval=settings.group_check_s)
+    async def expire_groups() -> None:
+        """Groups past their timeout in event time get a tick on their own partition: tables
+        change only inside the agent that owns the key."""
+        horizon = _horizon()
+        for key, merged in list(group_bundles.items()):
+            members = [m.assemble() for m in _assemblies(merged).values()]
+            if members and min(m.started_ts for m in members) + group_timeout <= horizon:
+                await ended.send(key=key, value=b"")
 
     if sink is not None:
 
@@ -168,6 +199,19 @@ def create_streams_app(
         return web.json({"columns": columns, "rows": [[str(v) for v in r] for r in rows]})
 
     return app
+
+
+def _rollout_bundles(merged: bytes) -> dict[str, bytes]:
+    """A group's merged bundles split by rollout id."""
+    out = {}
+    for rollout_bundle in bundles.messages(merged):
+        first = next(bundles.messages(rollout_bundle))
+        out[codec.decode(first, Envelope).rollout_id] = rollout_bundle
+    return out
+
+
+def _assemblies(merged: bytes) -> dict[str, RolloutAssembly]:
+    return {rid: bundles.assembly(rid, b) for rid, b in _rollout_bundles(merged).items()}
 
 
 async def run_sequencer(

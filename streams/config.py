@@ -67,4 +67,7 @@ class StreamsSettings(ForgeSettings):
         gt=0,
         description="A group completed this recently means upstream has no backlog: go live.",
     )
+    group_check_s: float = Field(
+        default=2.0, gt=0, description="How often open groups are checked against their timeout."
+    )
     sink: bool = Field(default=True, description="Fill the rollouts and calls tables.")

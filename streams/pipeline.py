@@ -39,6 +39,34 @@ class PipelineResult:
     """Policy versions between a sample's oldest call and its emission, by rollout id."""
 
 
+@dataclass(frozen=True)
+class SettledGroup:
+    completed_at: datetime
+    members: list[AssembledRollout]
+    """Scored together, in queue order."""
+    late: list[AssembledRollout]
+    """Ended after the group's timeout: left out of the scoring."""
+    timed_out: bool
+
+
+def settle_group(
+    members: list[AssembledRollout], horizon: datetime, timeout: timedelta
+) -> SettledGroup | None:
+    """A group is complete when all its members ended, or once event time (``horizon``: the
+    newest event seen) passes its first start + ``timeout``: then the members that ended by
+    that deadline are scored. None while it is still open. Replay and live worker share it."""
+    members = sorted(members, key=lambda r: (r.queue_index, r.rollout_id))
+    size = members[0].group_size
+    if len(members) >= size:
+        return SettledGroup(max(m.ended_ts for m in members[:size]), members[:size], [], False)
+    deadline = min(m.started_ts for m in members) + timeout
+    if horizon < deadline:
+        return None
+    present = [m for m in members if m.ended_ts <= deadline]
+    late = [m for m in members if m.ended_ts > deadline]
+    return SettledGroup(deadline, present, late, True)
+
+
 def _complete_groups(
     rollouts: list[AssembledRollout], horizon: datetime, timeout: timedelta, stats: Counter[str]
 ) -> list[tuple[datetime, list[AssembledRollout]]]:
@@ -47,19 +75,15 @@ def _complete_groups(
         groups.setdefault(r.group_id, []).append(r)
     done = []
     for members in groups.values():
-        members.sort(key=lambda r: (r.queue_index, r.rollout_id))
-        size = members[0].group_size
-        deadline = min(m.started_ts for m in members) + timeout
-        if len(members) >= size:
-            done.append((max(m.ended_ts for m in members), members[:size]))
-        elif horizon >= deadline:
-            present = [m for m in members if m.ended_ts <= deadline]
-            stats["group_timeouts"] += 1
-            stats["late_members"] += len(members) - len(present)
-            if present:
-                done.append((deadline, present))
-        else:
+        settled = settle_group(members, horizon, timeout)
+        if settled is None:
             stats["groups_open"] += 1
+            continue
+        if settled.timed_out:
+            stats["group_timeouts"] += 1
+            stats["late_members"] += len(settled.late)
+        if settled.members:
+            done.append((settled.completed_at, settled.members))
     return done
 
 

@@ -12,6 +12,7 @@ from datetime import timedelta
 
 import numpy as np
 import pytest
+import yaml
 
 from infra.kafka_clients import ensure_topics, sync_producer
 from infra.local_broker import free_port
@@ -35,16 +36,15 @@ from tests.unit.streams.test_pipeline import rollout
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 
-def synthetic_log(rollouts: int, group: int):
+def synthetic_log(rollouts: int, group: int, unfinished: frozenset[int] = frozenset()):
     rng = np.random.default_rng(7)
     events, queue = [], []
     for i in range(rollouts):
         start = i * 0.5
         duration = float(rng.lognormal(1.0, 1.0))
         rid, gid = f"r{i:03d}", f"g{i // group}"
-        events.append(
-            rollout(rid, gid, group, i, start, start + duration, outcome=float(i % 3 == 0))
-        )
+        one = rollout(rid, gid, group, i, start, start + duration, outcome=float(i % 3 == 0))
+        events.append(one[:-1] if i in unfinished else one)
         queue.append((i, QueueEntry(rid, gid, group, T0 + timedelta(seconds=start))))
     return events, queue
 
@@ -53,7 +53,14 @@ def train_samples(kafka, topic):
     return [d.record for d in read_log(kafka, derived_train_topic(topic), LogRange())]
 
 
-def prepared_log(kafka, tmp_path, rollouts: int, garbage: bool):
+def prepared_log(
+    kafka,
+    tmp_path,
+    rollouts: int,
+    garbage: bool,
+    unfinished: frozenset[int] = frozenset(),
+    config: PipelineConfig | None = None,
+):
     """Fresh topics holding a synthetic log; the worker's env; the replay's expected output."""
     suffix = uuid.uuid4().hex[:8]
     sources = (EVENTS, QUEUE, TRAJECTORIES, POLICY, METRICS)
@@ -61,7 +68,7 @@ def prepared_log(kafka, tmp_path, rollouts: int, garbage: bool):
     specs = tuple(TopicSpec(names[s.name], s.record, s.partitions, s.configs) for s in sources)
     train = derived_train_topic(f"test.forge.train.{suffix}")
     ensure_topics(kafka, (*specs, train), timeout_s=30)
-    per_rollout, queue = synthetic_log(rollouts, 4)
+    per_rollout, queue = synthetic_log(rollouts, 4, unfinished)
     producer = sync_producer(kafka)
     for _, entry in queue:
         producer.send(names[QUEUE.name], codec.encode(entry), key=entry.rollout_id.encode())
@@ -74,7 +81,8 @@ def prepared_log(kafka, tmp_path, rollouts: int, garbage: bool):
     producer.send(names[METRICS.name], codec.encode(step))
     producer.flush()
     producer.close()
-    reference = process_log([e for r in per_rollout for e in r], queue, [], PipelineConfig())
+    config = config or PipelineConfig()
+    reference = process_log([e for r in per_rollout for e in r], queue, [], config)
     env = {
         **os.environ, "FORGE_HOME": str(tmp_path), "FORGE_KAFKA_BOOTSTRAP": kafka,
         "FORGE_STREAMS_APP_ID": f"test-streams-{suffix}",
@@ -85,6 +93,13 @@ def prepared_log(kafka, tmp_path, rollouts: int, garbage: bool):
         "FORGE_STREAMS_METRICS_TOPIC": names[METRICS.name],
         "FORGE_STREAMS_WEB_PORT": str(free_port()),
     }  # fmt: skip
+    if config != PipelineConfig():
+        pipeline_file = tmp_path / "pipeline.yaml"
+        pipeline_file.write_text(yaml.safe_dump({
+            "window": config.window, "item_timeout_s": config.item_timeout_s,
+            "group_timeout_s": config.group_timeout_s,
+        }))  # fmt: skip
+        env["FORGE_STREAMS_PIPELINE_FILE"] = str(pipeline_file)
     return names, specs, train, reference, env
 
 
@@ -154,3 +169,23 @@ def test_kill_9_mid_way_then_restart_loses_and_repeats_nothing(kafka, tmp_path):
     assert len(train_samples(kafka, train.name)) < len(reference.samples), "killed too late"
     stop(run_until_complete(kafka, cmd, env, train, len(reference.samples)))
     assert train_samples(kafka, train.name) == reference.samples
+
+
+def test_group_timeout_in_event_time_matches_the_replay(kafka, tmp_path):
+    """Two rollouts never end: their groups are scored at the timeout with the members that
+    ended by then; members ending later go to forge.dlq with the reason, as the replay counts."""
+    config = PipelineConfig(item_timeout_s=30.0, group_timeout_s=12.0)
+    names, _, train, reference, env = prepared_log(
+        kafka, tmp_path, 48, garbage=False, unfinished=frozenset({5, 30}), config=config
+    )
+    assert reference.stats["group_timeouts"] >= 2 and reference.stats["late_members"] >= 1
+    env["FORGE_STREAMS_SINK"] = "false"
+    cmd = [sys.executable, "-m", "forge_rl.cli", "streams"]
+    stop(run_until_complete(kafka, cmd, env, train, len(reference.samples)))
+    assert train_samples(kafka, train.name) == reference.samples
+    late = [
+        d.record for d in read_log(kafka, DLQ, LogRange())
+        if isinstance(d.record, DeadLetter) and d.record.consumer == env["FORGE_STREAMS_APP_ID"]
+    ]  # fmt: skip
+    assert len(late) == reference.stats["late_members"]
+    assert all("ended after its group's timeout" in d.reason and d.value for d in late)

@@ -1,0 +1,55 @@
+"""The built-in task's rewards, against values computed by hand."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from forge_rl.guess_task import GuessTask, feedback, make_task, parse_answer, score_episode
+
+TASK = GuessTask("t", secret=6, max_turns=4)
+
+
+def test_feedback_says_where_the_secret_is():
+    assert feedback(6, 3) == "higher"
+    assert feedback(6, 8) == "lower"
+    assert feedback(6, 6) == "correct"
+    assert feedback(6, None).startswith("invalid")
+    assert feedback(6, 12).startswith("invalid")
+
+
+@pytest.mark.parametrize(
+    ("guesses", "signals", "outcome"),
+    [
+        # 5 (possible) -> higher; 7 (possible in 6..9) -> lower; 6 found.
+        ([5, 7, 6], (0.1, 0.1, 0.1), 1.0),
+        # 5 -> higher; 2 is ruled out; no digit; 6 found on the last turn.
+        ([5, 2, None, 6], (0.1, -0.1, -0.1, 0.1), 1.0),
+        # 9 -> lower; 9 again is ruled out; 1, 2 possible but wrong: not found.
+        ([9, 9, 1, 2], (0.1, -0.1, 0.1, 0.1), 0.0),
+        # Guesses past max_turns do not count.
+        ([0, 1, 2, 3, 6], (0.1, 0.1, 0.1, 0.1), 0.0),
+        ([], (), 0.0),
+    ],
+)
+def test_score_episode_by_hand(guesses, signals, outcome):
+    score = score_episode(TASK, guesses)
+    assert [v for _, v in score.signals] == pytest.approx(signals)
+    assert [s for s, _ in score.signals] == list(range(len(signals)))
+    assert score.outcome == outcome and score.solved == (outcome == 1.0)
+    assert score.total == pytest.approx(outcome + sum(signals))
+
+
+def test_tasks_are_reproducible_from_the_seed():
+    first = [make_task(random.Random(3), 4) for _ in range(2)]
+    assert first[0] == first[1]
+    assert GuessTask(**__import__("json").loads(first[0].to_json())) == first[0]
+
+
+def test_parse_answer_accepts_the_contract_and_names_what_is_wrong():
+    assert parse_answer('{"guesses": [3, null, 7]}') == [3, None, 7]
+    for bad, why in [("guess 3", "not JSON"), ('{"guesses": "3"}', "expected"),
+                     ('{"guesses": [true]}', "expected"), ("[1]", "expected")]:  # fmt: skip
+        with pytest.raises(ValueError, match=why):
+            parse_answer(bad)
