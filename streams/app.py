@@ -86,12 +86,7 @@ def create_streams_app(
     group_bundles = app.Table("group-bundles", **tables)
     scored_groups = app.Table("scored-groups", **tables)
     group_timeout = timedelta(seconds=config.group_timeout_s)
-    newest = [datetime.min.replace(tzinfo=UTC)]
-
-    def _horizon() -> datetime:
-        """The newest event time this worker has seen: event time, not the wall clock, drives
-        group timeouts, so a worker catching up on old events times out what a replay would."""
-        return newest[0]
+    progress = _Progress()
 
     sink = analytics_client(infra) if settings.sink else None
     if sink is not None:
@@ -113,28 +108,29 @@ def create_streams_app(
             except SchemaError as exc:
                 await dead_letter(event.message, str(exc))
                 continue
-            newest[0] = max(newest[0], envelope.ts)
             rid = envelope.rollout_id
             key = rid.encode()
             bundle = rollout_events[key]
             current = bundles.assembly(rid, bundle)
-            if not current.add(envelope):
-                continue
-            bundle = bundles.append(bundle, event.value)
-            if not current.complete:
-                rollout_events[key] = bundle
-                continue
-            group = bundles.group_of(current)
-            assert group is not None
-            await ended.send(key=group[0].encode(), value=bundles.append(b"", bundle))
-            del rollout_events[key]
+            if current.add(envelope):
+                bundle = bundles.append(bundle, event.value)
+                if current.complete:
+                    group = bundles.group_of(current)
+                    assert group is not None
+                    await ended.send(key=group[0].encode(), value=bundles.append(b"", bundle))
+                    del rollout_events[key]
+                else:
+                    rollout_events[key] = bundle
+            progress.saw(envelope.ts)  # after its bundle is on its way to ``score``
 
     @app.agent(ended)
     async def score(stream: faust.StreamT) -> None:
-        """Bundles gather per group; an empty value is a timeout tick from ``expire_groups``."""
+        """Bundles gather per group; a message with a tick header is ``expire_groups`` asking
+        for the group's timeout to be checked against the event time it carries."""
         async for event in stream.events():
+            tick = (event.headers or {}).get(TICK_HEADER)
             if scored_groups[event.key]:
-                if event.value:
+                if tick is None:
                     await dead_letter(event.message, "member of a group scored at its timeout")
                 continue
             merged = group_bundles[event.key] + event.value
@@ -142,7 +138,8 @@ def create_streams_app(
                 continue
             members = _assemblies(merged)
             assembled = [m.assemble() for m in members.values()]
-            settled = settle_group(assembled, _horizon(), group_timeout)
+            horizon = _NEVER if tick is None else datetime.fromisoformat(bytes(tick).decode())
+            settled = settle_group(assembled, horizon, group_timeout)
             if settled is None:
                 group_bundles[event.key] = merged
                 continue
@@ -160,17 +157,21 @@ def create_streams_app(
                 insert_calls(sink, call_rows(e for m in present for e in m.events))
             if settled.timed_out:
                 scored_groups[event.key] = b"1"
-            del group_bundles[event.key]
+            if event.key in group_bundles:
+                del group_bundles[event.key]
 
     @app.timer(interval=settings.group_check_s)
     async def expire_groups() -> None:
-        """Groups past their timeout in event time get a tick on their own partition: tables
-        change only inside the agent that owns the key."""
-        horizon = _horizon()
+        """Open groups past their timeout get a tick on their own partition (tables change
+        only inside the agent owning the key), carrying the event time it may assume."""
+        horizon = progress.horizon(settings)
+        if horizon is None:
+            return
+        header = {TICK_HEADER: horizon.isoformat().encode()}
         for key, merged in list(group_bundles.items()):
             members = [m.assemble() for m in _assemblies(merged).values()]
             if members and min(m.started_ts for m in members) + group_timeout <= horizon:
-                await ended.send(key=key, value=b"")
+                await ended.send(key=key, value=b"", headers=header)
 
     if sink is not None:
 
@@ -201,6 +202,37 @@ def create_streams_app(
     return app
 
 
+TICK_HEADER = "forge-group-tick"
+_NEVER = datetime.min.replace(tzinfo=UTC)
+
+
+class _Progress:
+    """How far in event time the assembler has got, for group timeouts.
+
+    Event time, not the wall clock, drives them, as in a replay: while the worker works
+    through a backlog (its newest event older than ``live_within_s``) no group times out;
+    live, the horizon trails the newest event by ``lateness_s``; once the log has been quiet
+    for ``idle_flush_s`` it is the newest event itself — a replay's end of the log.
+    """
+
+    def __init__(self) -> None:
+        self.newest = _NEVER
+        self.last_seen = time.monotonic()
+
+    def saw(self, ts: datetime) -> None:
+        self.newest = max(self.newest, ts)
+        self.last_seen = time.monotonic()
+
+    def horizon(self, settings: StreamsSettings) -> datetime | None:
+        if self.newest == _NEVER:
+            return None
+        if time.monotonic() - self.last_seen > settings.idle_flush_s:
+            return self.newest
+        if self.newest.timestamp() > time.time() - settings.live_within_s:
+            return self.newest - timedelta(seconds=settings.lateness_s)
+        return None
+
+
 def _rollout_bundles(merged: bytes) -> dict[str, bytes]:
     """A group's merged bundles split by rollout id."""
     out = {}
@@ -221,7 +253,7 @@ async def run_sequencer(
 
     Catching up (after a start, or while upstream works through a backlog) nothing is applied
     until upstream is live — a group completed less than ``live_within_s`` ago arrives — or
-    the inputs have been quiet for ``idle_flush_s`` (then every fact is applied, exactly as a
+    the inputs have been quiet for ``sequencer_flush_s`` (then every fact is applied, as a
     replay would). After that the watermark trails the wall clock by ``lateness_s``: live
     facts are stamped now and arrive within that lag. Emitted samples update their rollout's
     row with the staleness they were consumed at.
@@ -250,7 +282,7 @@ async def run_sequencer(
                     last_input = time.monotonic()
                     if completed is not None and not caught_up:
                         caught_up = completed > time.time() - settings.live_within_s
-            if time.monotonic() - last_input > settings.idle_flush_s:
+            if time.monotonic() - last_input > settings.sequencer_flush_s:
                 caught_up, watermark = True, float("inf")
             elif caught_up:
                 watermark = time.time() - settings.lateness_s

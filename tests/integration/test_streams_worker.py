@@ -174,8 +174,8 @@ def test_kill_9_mid_way_then_restart_loses_and_repeats_nothing(kafka, tmp_path):
 def test_group_timeout_in_event_time_matches_the_replay(kafka, tmp_path):
     """Two rollouts never end: their groups are scored at the timeout with the members that
     ended by then; members ending later go to forge.dlq with the reason, as the replay counts."""
-    config = PipelineConfig(item_timeout_s=30.0, group_timeout_s=12.0)
-    names, _, train, reference, env = prepared_log(
+    config = PipelineConfig(item_timeout_s=30.0, group_timeout_s=6.0)
+    _, _, train, reference, env = prepared_log(
         kafka, tmp_path, 48, garbage=False, unfinished=frozenset({5, 30}), config=config
     )
     assert reference.stats["group_timeouts"] >= 2 and reference.stats["late_members"] >= 1
