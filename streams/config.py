@@ -70,6 +70,7 @@ class StreamsSettings(ForgeSettings):
     group_check_s: float = Field(
         default=2.0, gt=0, description="How often open groups are checked against their timeout."
     )
+
     @property
     def sequencer_flush_s(self) -> float:
         """The sequencer's quiet period outlasts the assembler's plus one timeout check, so the
