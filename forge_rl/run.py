@@ -33,7 +33,12 @@ from schemas.errors import ConfigError, ForgeError
 from schemas.topics import EVENTS, METRICS, TRAIN
 
 STATE_DIRS = ("trainer", "policies", "clickhouse", "streams")
-REPORTED = ("rewards", "durations", "staleness")
+REWARDS_BY_VERSION = """
+    SELECT intDiv(policy_version, {width}) * {width} AS from_version,
+           max(policy_version) AS to_version, count() AS rollouts,
+           round(avg(total_reward), 4) AS mean_reward, round(avg(outcome_reward), 4) AS solved,
+           round(countIf(status = 'aborted') / count(), 3) AS aborted_share
+    FROM rollouts FINAL GROUP BY from_version ORDER BY from_version"""
 
 
 class ChildCrashedError(ForgeError):
@@ -138,6 +143,7 @@ class Runner:
             "FORGE_GATEWAY_ADMIN_KEY": self.admin_key,
             "FORGE_STREAMS_WEB_PORT": str(web_port),
             "PYTHONUNBUFFERED": "1",
+            "HF_HUB_DISABLE_PROGRESS_BARS": "1",  # one bar per saved policy floods the logs
         }
         pipeline_file = self._pipeline_file()
         if pipeline_file is not None:
@@ -165,8 +171,11 @@ class Runner:
             return
         base = self.infra.home / "policies" / "base"
         if not (base / "config.json").exists():
+            from huggingface_hub.utils import disable_progress_bars
+
             from infra.tiny_model import save_tiny_policy
 
+            disable_progress_bars()
             save_tiny_policy(base)
 
     def _pipeline_file(self) -> Path | None:
@@ -282,8 +291,13 @@ class Runner:
                     break
                 time.sleep(1)
         tables: dict[str, Any] = {}
-        for name in REPORTED:
-            title, sql = REPORTS[name]
+        width = self.state.served_version // 10 + 1  # about ten rows however long the run
+        rewards_title = f"Reward by policy version (groups of {width})"
+        reports = {
+            "rewards": (rewards_title, REWARDS_BY_VERSION.format(width=width)),
+            **{name: REPORTS[name] for name in ("durations", "staleness")},
+        }
+        for name, (title, sql) in reports.items():
             try:
                 columns, rows = query_owner(self.web_url, sql)
             except AnalyticsUnavailableError as exc:
