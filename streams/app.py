@@ -24,7 +24,7 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 
 from infra.analytics import analytics_client, ensure_tables, is_read_only, query_rows
 from infra.config import InfraSettings
-from infra.kafka_clients import CONSUMER_LARGE, durable_producer, sync_consumer
+from infra.kafka_clients import CONSUMER_LARGE, durable_producer, ensure_topics, sync_consumer
 from schemas import codec
 from schemas.errors import SchemaError
 from schemas.records import (
@@ -35,7 +35,7 @@ from schemas.records import (
     TrainStep,
     Trajectory,
 )
-from schemas.topics import DLQ, MAX_MESSAGE_BYTES
+from schemas.topics import DLQ, MAX_MESSAGE_BYTES, TopicSpec
 from streams import bundles
 from streams.assembler import RolloutAssembly
 from streams.config import StreamsSettings, load_pipeline_config
@@ -76,15 +76,18 @@ def create_streams_app(
         broker_heartbeat_interval=3.0,
     )
     events = app.topic(settings.events_topic, key_type=bytes, value_type=bytes)
-    ended = app.topic(f"{settings.app_id}.rollouts-ended", key_type=bytes, value_type=bytes,
+    # Faust's assignor ignores a topic missing from metadata at the first rebalance; on a loaded
+    # machine that once lost the bundles sent meanwhile. Created up front, nothing is missing.
+    ensure_topics(
+        bootstrap, internal_topics(settings.app_id), timeout_s=infra.kafka_connect_timeout_s
+    )
+    ended = app.topic(ended_topic(settings.app_id), key_type=bytes, value_type=bytes,
                       partitions=4, internal=True)  # fmt: skip
     trajectories = app.topic(settings.trajectories_topic, key_type=bytes, value_type=bytes)
     dlq = app.topic(DLQ.name, key_type=bytes, value_type=bytes)
     # Keys and values are bytes on both sides: a str key would not survive changelog recovery.
     tables = {"default": bytes, "partitions": 4, "key_type": bytes, "value_type": bytes}
-    rollout_events = app.Table("rollout-events", **tables)
-    group_bundles = app.Table("group-bundles", **tables)
-    scored_groups = app.Table("scored-groups", **tables)
+    rollout_events, group_bundles, scored_groups = (app.Table(t, **tables) for t in TABLES)
     group_timeout = timedelta(seconds=config.group_timeout_s)
     progress = _Progress()
 
@@ -202,7 +205,24 @@ def create_streams_app(
     return app
 
 
+TABLES = ("rollout-events", "group-bundles", "scored-groups")
 TICK_HEADER = "forge-group-tick"
+
+
+def ended_topic(app_id: str) -> str:
+    return f"{app_id}.rollouts-ended"
+
+
+def internal_topics(app_id: str) -> tuple[TopicSpec, ...]:
+    """The worker's internal topic and its tables' changelogs (bundles of raw events)."""
+    configs = {"compression.type": "zstd", "max.message.bytes": str(MAX_MESSAGE_BYTES)}
+    changelog = {**configs, "cleanup.policy": "compact"}
+    return (
+        TopicSpec(ended_topic(app_id), Envelope, 4, configs),
+        *(TopicSpec(f"{app_id}-{table}-changelog", Envelope, 4, changelog) for table in TABLES),
+    )
+
+
 _NEVER = datetime.min.replace(tzinfo=UTC)
 
 
