@@ -109,10 +109,12 @@ def produce(bootstrap: str, topics: dict[str, str], first: int, count: int, *,
     return sent
 
 
-def start_worker(bootstrap: str, home: Path, topics: dict[str, str]) -> subprocess.Popen[bytes]:
+def start_worker(
+    bootstrap: str, home: Path, topics: dict[str, str], app_id: str
+) -> subprocess.Popen[bytes]:
     env = {
         **os.environ, "FORGE_HOME": str(home), "FORGE_KAFKA_BOOTSTRAP": bootstrap,
-        "FORGE_STREAMS_APP_ID": f"bench-{uuid.uuid4().hex[:8]}",
+        "FORGE_STREAMS_APP_ID": app_id,
         "FORGE_STREAMS_EVENTS_TOPIC": topics[EVENTS.name],
         "FORGE_STREAMS_QUEUE_TOPIC": topics[QUEUE.name],
         "FORGE_STREAMS_TRAJECTORIES_TOPIC": topics[TRAJECTORIES.name],
@@ -149,7 +151,7 @@ def live_worker_rate(bootstrap: str, home: Path, rollouts: int,
     """(events, seconds, events/s, peak RSS MiB) of the worker working through a backlog."""
     topics = fresh_topics(bootstrap, "live")
     sent = produce(bootstrap, topics, 0, rollouts, finished=True, rng=rng)
-    worker = start_worker(bootstrap, home / "rate", topics)
+    worker = start_worker(bootstrap, home / "rate", topics, f"bench-{uuid.uuid4().hex[:8]}")
     peak = 0.0
     try:
         deadline = time.monotonic() + 600
@@ -174,14 +176,14 @@ def live_worker_inflight_rss(bootstrap: str, home: Path, inflight: int,
     """Peak RSS (MiB) of the worker once it holds ``inflight`` started, unfinished rollouts."""
     topics = fresh_topics(bootstrap, "mem")
     sent = produce(bootstrap, topics, 0, inflight, finished=False, rng=rng)
-    worker = start_worker(bootstrap, home / "mem", topics)
+    app_id = f"bench-{uuid.uuid4().hex[:8]}"
+    worker = start_worker(bootstrap, home / "mem", topics, app_id)
     peak = 0.0
     try:
         deadline = time.monotonic() + 600
         while time.monotonic() < deadline:
             peak = max(peak, _tree_rss_mb(worker.pid))
-            group = _group_of(bootstrap, topics[EVENTS.name])
-            if group is not None and group >= sent:
+            if _stored(bootstrap, f"{app_id}-rollout-events-changelog") >= sent:
                 time.sleep(3)
                 peak = max(peak, _tree_rss_mb(worker.pid))
                 break
@@ -192,21 +194,17 @@ def live_worker_inflight_rss(bootstrap: str, home: Path, inflight: int,
     return peak
 
 
-def _group_of(bootstrap: str, topic: str) -> int | None:
-    """Offsets committed on ``topic`` by whichever consumer group reads it (the worker)."""
-    from kafka import KafkaAdminClient
+def _stored(bootstrap: str, changelog: str) -> int:
+    """Writes to the assembler's table so far: one per event held (all rollouts are open)."""
+    from kafka import KafkaConsumer, TopicPartition
 
-    admin = KafkaAdminClient(bootstrap_servers=bootstrap)
+    consumer = KafkaConsumer(bootstrap_servers=bootstrap)
     try:
-        total = None
-        for group, _ in admin.list_consumer_groups():
-            offsets = admin.list_consumer_group_offsets(group)
-            mine = [o.offset for tp, o in offsets.items() if tp.topic == topic]
-            if mine:
-                total = (total or 0) + sum(mine)
-        return total
+        found = consumer.partitions_for_topic(changelog) or ()
+        parts = [TopicPartition(changelog, p) for p in found]
+        return sum(consumer.end_offsets(parts).values()) if parts else 0
     finally:
-        admin.close()
+        consumer.close()
 
 
 def _tree_rss_mb(pid: int) -> float:

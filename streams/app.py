@@ -43,9 +43,8 @@ from streams.pipeline import settle_group
 from streams.scoring import score_trajectories
 from streams.sequencer import EventTimeSequencer
 from streams.sinks import (
+    SinkBuffer,
     call_rows,
-    insert_calls,
-    insert_rollouts,
     insert_train_steps,
     rollout_row,
 )
@@ -92,6 +91,7 @@ def create_streams_app(
     progress = _Progress()
 
     sink = analytics_client(infra) if settings.sink else None
+    buffer = SinkBuffer(sink) if sink is not None else None
     if sink is not None:
         ensure_tables(sink)
 
@@ -154,10 +154,10 @@ def create_streams_app(
             scored = score_trajectories(settled.members, config.rewards, settled.completed_at)
             for trajectory in scored:
                 await trajectories.send(key=event.key, value=codec.encode(trajectory))
-            if sink is not None:
-                insert_rollouts(sink, [rollout_row(t, -1) for t in scored])
+            if buffer is not None:
                 present = (members[m.rollout_id] for m in settled.members)
-                insert_calls(sink, call_rows(e for m in present for e in m.events))
+                buffer.add([rollout_row(t, -1) for t in scored],
+                           call_rows(e for m in present for e in m.events))  # fmt: skip
             if settled.timed_out:
                 scored_groups[event.key] = b"1"
             if event.key in group_bundles:
@@ -191,14 +191,27 @@ def create_streams_app(
 
     @app.task
     async def sequence() -> None:
-        await run_sequencer(settings, bootstrap, config, sink)
+        await run_sequencer(settings, bootstrap, config, buffer)
+
+    if buffer is not None:
+
+        @app.task
+        async def flush_sink() -> None:
+            """Batches reach ClickHouse every ``sink_flush_s``, and once more at shutdown."""
+            try:
+                while True:
+                    await asyncio.sleep(settings.sink_flush_s)
+                    buffer.flush()
+            finally:
+                buffer.flush()
 
     @app.page("/query/")
     async def query(web: Any, request: Any) -> Any:
         """Read-only SQL for other processes: this worker owns the embedded store."""
         sql = request.query.get("sql", "")
-        if sink is None or not is_read_only(sql):
+        if sink is None or buffer is None or not is_read_only(sql):
             return web.json({"error": "only SELECT/WITH/SHOW/DESCRIBE queries"}, status=400)
+        buffer.flush()  # a reader sees every row scored so far
         columns, rows = query_rows(sink, sql)
         return web.json({"columns": columns, "rows": [[str(v) for v in r] for r in rows]})
 
@@ -267,7 +280,7 @@ def _assemblies(merged: bytes) -> dict[str, RolloutAssembly]:
 
 
 async def run_sequencer(
-    settings: StreamsSettings, bootstrap: str, config: Any, sink: Any | None = None
+    settings: StreamsSettings, bootstrap: str, config: Any, sink: SinkBuffer | None = None
 ) -> None:
     """Rebuild from the start of the inputs, skip what forge.train holds, then follow.
 
@@ -318,8 +331,7 @@ async def run_sequencer(
                 )
                 fresh.append(sample.trajectory)
             if sink is not None and fresh:
-                rows = [rollout_row(t, sequencer.staleness[t.rollout_id]) for t in fresh]
-                insert_rollouts(sink, rows)
+                sink.add([rollout_row(t, sequencer.staleness[t.rollout_id]) for t in fresh])
     except asyncio.CancelledError:
         raise
     finally:

@@ -70,11 +70,13 @@ class StreamsSettings(ForgeSettings):
     group_check_s: float = Field(
         default=2.0, gt=0, description="How often open groups are checked against their timeout."
     )
+    sink_flush_s: float = Field(
+        default=1.0, gt=0, description="Analytics rows are batched for at most this long."
+    )
+    sink: bool = Field(default=True, description="Fill the rollouts and calls tables.")
 
     @property
     def sequencer_flush_s(self) -> float:
         """The sequencer's quiet period outlasts the assembler's plus one timeout check, so the
         groups timed out at the end of the log are scored before everything is applied."""
         return 2 * self.idle_flush_s + self.group_check_s
-
-    sink: bool = Field(default=True, description="Fill the rollouts and calls tables.")

@@ -97,3 +97,27 @@ def insert_calls(client: Client, rows: Sequence[list[Any]]) -> int:
     if rows:
         client.insert("calls", list(rows), column_names=list(CALL_COLUMNS))
     return len(rows)
+
+
+class SinkBuffer:
+    """Rows gathered for batch inserts: one small insert into chDB costs about as much as a
+    thousand rows. A rollout's newest row wins within a batch, as it does in the table."""
+
+    def __init__(self, client: Client, max_rows: int = 5000) -> None:
+        self.client = client
+        self.max_rows = max_rows
+        self.rollouts: dict[str, list[Any]] = {}
+        self.calls: list[list[Any]] = []
+
+    def add(self, rollouts: Iterable[list[Any]] = (), calls: Iterable[list[Any]] = ()) -> None:
+        for row in rollouts:
+            self.rollouts[row[0]] = row
+        self.calls.extend(calls)
+        if len(self.rollouts) + len(self.calls) >= self.max_rows:
+            self.flush()
+
+    def flush(self) -> None:
+        rollouts, calls = list(self.rollouts.values()), self.calls
+        self.rollouts, self.calls = {}, []
+        insert_rollouts(self.client, rollouts)
+        insert_calls(self.client, calls)
