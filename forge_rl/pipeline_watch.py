@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections import deque
 from dataclasses import dataclass, replace
 
 from kafka import TopicPartition
@@ -49,13 +50,14 @@ class PipelineWatch(threading.Thread):
             metrics = TopicPartition(metrics_topic, 0)
             consumer.assign([metrics])
             consumer.seek_to_beginning(metrics)
-            previous: tuple[float, int] | None = None
+            recent: deque[tuple[float, int]] = deque(maxlen=10)  # the rate over ~10 s
             while not self._stop_event.is_set():
                 ends = consumer.end_offsets(events + train)
                 total = sum(ends[tp] for tp in events)
                 now = time.monotonic()
-                rate = 0.0 if previous is None else (total - previous[1]) / (now - previous[0])
-                previous = (now, total)
+                recent.append((now, total))
+                then, before = recent[0]
+                rate = (total - before) / (now - then) if now > then else 0.0
                 step = self.snapshot.last_step
                 for messages in consumer.poll(timeout_ms=200).values():
                     for message in messages:
