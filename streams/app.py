@@ -89,6 +89,13 @@ def create_streams_app(
     rollout_events, group_bundles, scored_groups = (app.Table(t, **tables) for t in TABLES)
     group_timeout = timedelta(seconds=config.group_timeout_s)
     progress = _Progress()
+    deadlines: dict[bytes, datetime] = {}  # open groups' timeouts, so the timer decodes nothing
+
+    def deadline_of(key: bytes, merged: bytes) -> datetime:
+        if key not in deadlines:  # a group recovered from the changelog after a restart
+            members = [m.assemble() for m in _assemblies(merged).values()]
+            deadlines[key] = min(m.started_ts for m in members) + group_timeout
+        return deadlines[key]
 
     sink = analytics_client(infra) if settings.sink else None
     buffer = SinkBuffer(sink) if sink is not None else None
@@ -145,7 +152,9 @@ def create_streams_app(
             settled = settle_group(assembled, horizon, group_timeout)
             if settled is None:
                 group_bundles[event.key] = merged
+                deadlines[event.key] = min(m.started_ts for m in assembled) + group_timeout
                 continue
+            deadlines.pop(event.key, None)
             if settled.late:
                 raw = _rollout_bundles(merged)
                 for member in settled.late:
@@ -172,8 +181,7 @@ def create_streams_app(
             return
         header = {TICK_HEADER: horizon.isoformat().encode()}
         for key, merged in list(group_bundles.items()):
-            members = [m.assemble() for m in _assemblies(merged).values()]
-            if members and min(m.started_ts for m in members) + group_timeout <= horizon:
+            if merged and deadline_of(key, merged) <= horizon:
                 await ended.send(key=key, value=b"", headers=header)
 
     if sink is not None:
