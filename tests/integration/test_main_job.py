@@ -106,7 +106,7 @@ def test_every_stage_moves_data_and_a_new_policy_serves_later_calls(tmp_path):
     assert forge(tmp_path, "infra", "status").returncode == 3
 
 
-def test_a_black_box_agent_command_trains_and_ctrl_c_stops_everything(tmp_path):
+def test_a_black_box_agent_command_plays_and_ctrl_c_stops_everything(tmp_path):
     runner = start(tmp_path, "--fresh", "--agent-cmd", BLACK_BOX, "--duration", "600")
     try:
         wait_for_agents(tmp_path, runner)
