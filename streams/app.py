@@ -17,7 +17,7 @@ import asyncio
 import logging
 import time
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, TypeVar
 
 import faust
 from aiokafka import AIOKafkaConsumer, TopicPartition
@@ -32,6 +32,7 @@ from schemas.records import (
     Envelope,
     PolicyUpdated,
     QueueEntry,
+    Record,
     TrainStep,
     Trajectory,
 )
@@ -50,6 +51,7 @@ from streams.sinks import (
 )
 
 log = logging.getLogger(__name__)
+R = TypeVar("R", bound=Record)
 
 
 def create_streams_app(
@@ -110,13 +112,19 @@ def create_streams_app(
         )  # fmt: skip
         await dlq.send(key=message.key, value=codec.encode(letter))
 
+    async def decoded(event: Any, record_type: type[R]) -> R | None:
+        """The event's record, or None once it is in forge.dlq with the reason."""
+        try:
+            return codec.decode(event.value, record_type)
+        except SchemaError as exc:
+            await dead_letter(event.message, str(exc))
+            return None
+
     @app.agent(events)
     async def assemble(stream: faust.StreamT) -> None:
         async for event in stream.events():
-            try:
-                envelope = codec.decode(event.value, Envelope)
-            except SchemaError as exc:
-                await dead_letter(event.message, str(exc))
+            envelope = await decoded(event, Envelope)
+            if envelope is None:
                 continue
             rid = envelope.rollout_id
             key = rid.encode()
@@ -190,12 +198,9 @@ def create_streams_app(
         async def train_steps(stream: faust.StreamT) -> None:
             """The trainer's rows reach ClickHouse only through forge.metrics."""
             async for event in stream.events():
-                try:
-                    step = codec.decode(event.value, TrainStep)
-                except SchemaError as exc:
-                    await dead_letter(event.message, str(exc))
-                    continue
-                insert_train_steps(sink, [step])
+                step = await decoded(event, TrainStep)
+                if step is not None:
+                    insert_train_steps(sink, [step])
 
     @app.task
     async def sequence() -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import random
 
 import pytest
@@ -44,7 +45,7 @@ def test_score_episode_by_hand(guesses, signals, outcome):
 def test_tasks_are_reproducible_from_the_seed():
     first = [make_task(random.Random(3), 4) for _ in range(2)]
     assert first[0] == first[1]
-    assert GuessTask(**__import__("json").loads(first[0].to_json())) == first[0]
+    assert GuessTask(**json.loads(first[0].to_json())) == first[0]
 
 
 def test_parse_answer_accepts_the_contract_and_names_what_is_wrong():
