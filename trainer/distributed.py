@@ -24,12 +24,23 @@ def single_process_env(device: str) -> None:
         os.environ.setdefault("DS_ACCELERATOR", "cpu")
 
 
+def skip_cpu_shared_memory_op() -> None:
+    """DeepSpeed's CPU backend JIT-compiles a shared-memory all-reduce at every start, which
+    one rank never uses: minutes of C++ on a fresh machine, under a file lock that a process
+    killed mid-build leaves behind for every later start to wait on forever."""
+    import deepspeed.ops
+
+    deepspeed.ops.__compatible_ops__["deepspeed_shm_comm"] = False
+
+
 def deepspeed_engine(model: Any, settings: TrainerSettings) -> Any:
     single_process_env(settings.device)
     import deepspeed
     import torch
 
     logging.getLogger("DeepSpeed").setLevel(logging.WARNING)
+    if settings.device == "cpu" and os.environ.get("WORLD_SIZE") == "1":
+        skip_cpu_shared_memory_op()
     config = {
         "train_micro_batch_size_per_gpu": 1,
         "gradient_accumulation_steps": 1,
