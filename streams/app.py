@@ -3,8 +3,9 @@
 - ``assemble`` (forge.events, keyed by rollout): a rollout's raw events accumulate in a
   table with a changelog (dedup by event_id); when it ends, its bundle goes to an internal
   topic keyed by group.
-- ``score`` (internal topic, keyed by group): bundles accumulate per group; a complete group
-  is scored and its trajectories go to forge.trajectories (and the rollouts/calls tables).
+- ``score`` (internal topic, keyed by group): each member's bundle is stored once under its
+  own key, next to the group's member list; a complete group is scored and its trajectories
+  go to forge.trajectories (and the rollouts/calls tables).
 - ``sequence`` (a task over forge.queue, forge.trajectories and forge.policy): the
   event-time sequencer. It rebuilds from the start of its inputs on every start and skips the
   samples forge.train already holds, so a crash neither loses nor repeats a sample.
@@ -16,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar
 
@@ -38,7 +40,7 @@ from schemas.records import (
 )
 from schemas.topics import DLQ, MAX_MESSAGE_BYTES, TopicSpec
 from streams import bundles
-from streams.assembler import RolloutAssembly
+from streams.assembler import AssembledRollout, RolloutAssembly
 from streams.config import StreamsSettings, load_pipeline_config
 from streams.pipeline import settle_group
 from streams.scoring import score_trajectories
@@ -88,15 +90,29 @@ def create_streams_app(
     dlq = app.topic(DLQ.name, key_type=bytes, value_type=bytes)
     # Keys and values are bytes on both sides: a str key would not survive changelog recovery.
     tables = {"default": bytes, "partitions": 4, "key_type": bytes, "value_type": bytes}
-    rollout_events, group_bundles, scored_groups = (app.Table(t, **tables) for t in TABLES)
+    rollout_events, group_members, member_bundles, scored_groups = (
+        app.Table(t, **tables) for t in TABLES
+    )
     group_timeout = timedelta(seconds=config.group_timeout_s)
     progress = _Progress()
+    # Open groups decoded, so a member's arrival decodes only that member. The tables stay
+    # the truth: an entry is used only while it names the members the table lists.
+    open_groups: dict[bytes, dict[str, _Member]] = {}
     deadlines: dict[bytes, datetime] = {}  # open groups' timeouts, so the timer decodes nothing
 
-    def deadline_of(key: bytes, merged: bytes) -> datetime:
+    def members_of(key: bytes) -> dict[str, _Member]:
+        names = _names(group_members[key])
+        cached = open_groups.get(key)
+        if cached is None or cached.keys() != set(names):
+            stored = (member_bundles[_member_key(key, name)] for name in names)
+            cached = {name: _Member.of(bundle) for name, bundle in zip(names, stored, strict=True)}
+            open_groups[key] = cached
+        return cached
+
+    def deadline_of(key: bytes) -> datetime:
         if key not in deadlines:  # a group recovered from the changelog after a restart
-            members = [m.assemble() for m in _assemblies(merged).values()]
-            deadlines[key] = min(m.started_ts for m in members) + group_timeout
+            started = min(m.assembled.started_ts for m in members_of(key).values())
+            deadlines[key] = started + group_timeout
         return deadlines[key]
 
     sink = analytics_client(infra) if settings.sink else None
@@ -135,7 +151,7 @@ def create_streams_app(
                 if current.complete:
                     group = bundles.group_of(current)
                     assert group is not None
-                    await ended.send(key=group[0].encode(), value=bundles.append(b"", bundle))
+                    await ended.send(key=group[0].encode(), value=bundle)
                     del rollout_events[key]
                 else:
                     rollout_events[key] = bundle
@@ -143,42 +159,50 @@ def create_streams_app(
 
     @app.agent(ended)
     async def score(stream: faust.StreamT) -> None:
-        """Bundles gather per group; a message with a tick header is ``expire_groups`` asking
-        for the group's timeout to be checked against the event time it carries."""
+        """Members arrive one bundle each; a message with a tick header is ``expire_groups``
+        asking for the group's timeout to be checked against the event time it carries."""
         async for event in stream.events():
-            tick = (event.headers or {}).get(TICK_HEADER)
-            if scored_groups[event.key]:
+            key, tick = event.key, (event.headers or {}).get(TICK_HEADER)
+            if scored_groups[key]:
                 if tick is None:
                     await dead_letter(event.message, "member of a group scored at its timeout")
                 continue
-            merged = group_bundles[event.key] + event.value
-            if not merged:
+            stored = members_of(key)
+            members = dict(stored)
+            if event.value:
+                arrived = _Member.of(event.value)
+                members[arrived.assembled.rollout_id] = arrived
+            if not members:
                 continue
-            members = _assemblies(merged)
-            assembled = [m.assemble() for m in members.values()]
             horizon = _NEVER if tick is None else datetime.fromisoformat(bytes(tick).decode())
+            assembled = [m.assembled for m in members.values()]
             settled = settle_group(assembled, horizon, group_timeout)
             if settled is None:
-                group_bundles[event.key] = merged
-                deadlines[event.key] = min(m.started_ts for m in assembled) + group_timeout
+                if event.value:  # the bundle first: every listed member has one
+                    member_bundles[_member_key(key, arrived.assembled.rollout_id)] = event.value
+                    group_members[key] = _joined(members)
+                open_groups[key] = members
+                deadlines[key] = min(m.started_ts for m in assembled) + group_timeout
                 continue
-            deadlines.pop(event.key, None)
-            if settled.late:
-                raw = _rollout_bundles(merged)
-                for member in settled.late:
-                    reason = f"rollout {member.rollout_id} ended after its group's timeout"
-                    await dead_letter(event.message, reason, value=raw[member.rollout_id])
+            deadlines.pop(key, None)
+            open_groups.pop(key, None)
+            for late in settled.late:
+                reason = f"rollout {late.rollout_id} ended after its group's timeout"
+                raw = member_bundles[_member_key(key, late.rollout_id)] or event.value
+                await dead_letter(event.message, reason, value=raw)
             scored = score_trajectories(settled.members, config.rewards, settled.completed_at)
             for trajectory in scored:
-                await trajectories.send(key=event.key, value=codec.encode(trajectory))
+                await trajectories.send(key=key, value=codec.encode(trajectory))
             if buffer is not None:
-                present = (members[m.rollout_id] for m in settled.members)
+                present = (members[m.rollout_id].events for m in settled.members)
                 buffer.add([rollout_row(t, -1) for t in scored],
                            call_rows(e for m in present for e in m.events))  # fmt: skip
             if settled.timed_out:
-                scored_groups[event.key] = b"1"
-            if event.key in group_bundles:
-                del group_bundles[event.key]
+                scored_groups[key] = b"1"
+            if stored:  # the list first: a crash between the two leaves no dangling name
+                del group_members[key]
+                for name in stored:
+                    del member_bundles[_member_key(key, name)]
 
     @app.timer(interval=settings.group_check_s)
     async def expire_groups() -> None:
@@ -188,8 +212,8 @@ def create_streams_app(
         if horizon is None:
             return
         header = {TICK_HEADER: horizon.isoformat().encode()}
-        for key, merged in list(group_bundles.items()):
-            if merged and deadline_of(key, merged) <= horizon:
+        for key, names in list(group_members.items()):
+            if names and deadline_of(key) <= horizon:
                 await ended.send(key=key, value=b"", headers=header)
 
     if sink is not None:
@@ -231,7 +255,7 @@ def create_streams_app(
     return app
 
 
-TABLES = ("rollout-events", "group-bundles", "scored-groups")
+TABLES = ("rollout-events", "group-members", "member-bundles", "scored-groups")
 TICK_HEADER = "forge-group-tick"
 
 
@@ -279,17 +303,29 @@ class _Progress:
         return None
 
 
-def _rollout_bundles(merged: bytes) -> dict[str, bytes]:
-    """A group's merged bundles split by rollout id."""
-    out = {}
-    for rollout_bundle in bundles.messages(merged):
-        first = next(bundles.messages(rollout_bundle))
-        out[codec.decode(first, Envelope).rollout_id] = rollout_bundle
-    return out
+@dataclass(frozen=True)
+class _Member:
+    """A group member's events, and its trajectory as assembled from them."""
+
+    events: RolloutAssembly
+    assembled: AssembledRollout
+
+    @classmethod
+    def of(cls, bundle: bytes) -> _Member:
+        events = bundles.assembly_of(bundle)
+        return cls(events, events.assemble())
 
 
-def _assemblies(merged: bytes) -> dict[str, RolloutAssembly]:
-    return {rid: bundles.assembly(rid, b) for rid, b in _rollout_bundles(merged).items()}
+def _member_key(group: bytes, rollout_id: str) -> bytes:
+    return group + b"\x00" + rollout_id.encode()
+
+
+def _joined(members: dict[str, _Member]) -> bytes:
+    return "\n".join(members).encode()
+
+
+def _names(joined: bytes) -> list[str]:
+    return joined.decode().split("\n") if joined else []
 
 
 async def run_sequencer(

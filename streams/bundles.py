@@ -36,6 +36,15 @@ def assembly(rollout_id: str, bundle: bytes) -> RolloutAssembly:
     return result
 
 
+def assembly_of(bundle: bytes) -> RolloutAssembly:
+    """A non-empty bundle's assembly; its first event names the rollout."""
+    envelopes = [codec.decode(message, Envelope) for message in messages(bundle)]
+    result = RolloutAssembly(envelopes[0].rollout_id)
+    for envelope in envelopes:
+        result.add(envelope)
+    return result
+
+
 def group_of(assembled: RolloutAssembly) -> tuple[str, int] | None:
     """(group_id, group_size) from the rollout's RolloutStarted, if it was seen."""
     if assembled.started is None:

@@ -13,8 +13,9 @@ from datetime import timedelta
 import numpy as np
 import pytest
 import yaml
+from kafka import TopicPartition
 
-from infra.kafka_clients import ensure_topics, sync_producer
+from infra.kafka_clients import ensure_topics, sync_consumer, sync_producer
 from infra.local_broker import free_port
 from infra.log_reader import LogRange, read_log
 from schemas import codec
@@ -167,6 +168,44 @@ def test_kill_9_mid_way_then_restart_loses_and_repeats_nothing(kafka, tmp_path):
     first.send_signal(signal.SIGKILL)
     first.wait()
     assert len(train_samples(kafka, train.name)) < len(reference.samples), "killed too late"
+    stop(run_until_complete(kafka, cmd, env, train, len(reference.samples)))
+    assert train_samples(kafka, train.name) == reference.samples
+
+
+def changelog_writes(kafka: str, topic: str) -> int:
+    consumer = sync_consumer(kafka)
+    try:
+        parts = [TopicPartition(topic, p) for p in consumer.partitions_for_topic(topic) or ()]
+        return sum(consumer.end_offsets(parts).values())
+    finally:
+        consumer.close()
+
+
+def test_groups_open_at_a_kill_9_are_completed_from_the_changelog(kafka, tmp_path):
+    """Half of every group has ended when the worker dies; the other half ends while it is
+    down. The restarted worker scores each group from the members its table kept."""
+    second_half = frozenset(i for i in range(48) if i % 4 >= 2)
+    names, _, train, _, env = prepared_log(kafka, tmp_path, 48, False, unfinished=second_half)
+    full, queue = synthetic_log(48, 4)
+    reference = process_log([e for r in full for e in r], queue, [], PipelineConfig())
+    env["FORGE_STREAMS_SINK"] = "false"
+    members_topic = f"{env['FORGE_STREAMS_APP_ID']}-member-bundles-changelog"
+    cmd = [sys.executable, "-m", "forge_rl.cli", "streams"]
+    first = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 120
+    while changelog_writes(kafka, members_topic) < 48 - len(second_half):
+        assert first.poll() is None, first.stderr.read().decode()[-3000:]
+        assert time.monotonic() < deadline, "the worker stored no group members"
+        time.sleep(0.2)
+    first.send_signal(signal.SIGKILL)
+    first.wait()
+    assert train_samples(kafka, train.name) == []
+    producer = sync_producer(kafka)
+    for i in sorted(second_half):
+        end = full[i][-1]
+        producer.send(names[EVENTS.name], codec.encode(end), key=end.rollout_id.encode())
+    producer.flush()
+    producer.close()
     stop(run_until_complete(kafka, cmd, env, train, len(reference.samples)))
     assert train_samples(kafka, train.name) == reference.samples
 
