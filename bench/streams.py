@@ -2,10 +2,11 @@
 
 Side by side on the same events: the pure pipeline in process (decode, assemble, score,
 windowed FIFO); `forge-rl replay` through the real broker; and the live Faust worker
-(`forge-rl streams`, sink on) working through a backlog of --rollouts on forge.events —
-its rate is taken from the trajectories' record timestamps, so the worker's start-up is not
-counted. Memory: peak RSS in process, and the live worker's peak RSS while it holds
---inflight rollouts that have started but not ended.
+(`forge-rl streams`, sink on) working through a backlog of --rollouts on forge.events,
+timed by record timestamps from its first write to the assembler's table to its last
+trajectory, so the worker's start-up is not counted but all its work is. Memory: peak RSS
+in process, and the live worker's peak RSS while it holds --inflight rollouts that have
+started but not ended.
 
     python bench/streams.py [--rollouts 2000] [--inflight 10000]
 """
@@ -127,8 +128,8 @@ def start_worker(
     return subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 
-def trajectory_times(bootstrap: str, topic: str) -> list[float]:
-    """Record timestamps (s) of everything on the trajectories topic so far."""
+def record_times(bootstrap: str, topic: str) -> list[float]:
+    """Record timestamps (s) of everything on the topic so far."""
     from kafka import KafkaConsumer, TopicPartition
 
     consumer = KafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False)
@@ -148,27 +149,29 @@ def trajectory_times(bootstrap: str, topic: str) -> list[float]:
 
 def live_worker_rate(bootstrap: str, home: Path, rollouts: int,
                      rng: np.random.Generator) -> tuple[int, float, float, float]:  # fmt: skip
-    """(events, seconds, events/s, peak RSS MiB) of the worker working through a backlog."""
+    """(events, seconds, events/s, peak RSS MiB) of the worker working through a backlog,
+    timed from its first write to its assembler's table to its last trajectory."""
     topics = fresh_topics(bootstrap, "live")
     sent = produce(bootstrap, topics, 0, rollouts, finished=True, rng=rng)
-    worker = start_worker(bootstrap, home / "rate", topics, f"bench-{uuid.uuid4().hex[:8]}")
+    app_id = f"bench-{uuid.uuid4().hex[:8]}"
+    worker = start_worker(bootstrap, home / "rate", topics, app_id)
     peak = 0.0
     try:
         deadline = time.monotonic() + 600
         while True:
             peak = max(peak, _tree_rss_mb(worker.pid))
-            times = trajectory_times(bootstrap, topics[TRAJECTORIES.name])
-            if len(times) >= rollouts or time.monotonic() > deadline:
+            # End offsets only: reading the records here would load the machine measured.
+            if _written(bootstrap, topics[TRAJECTORIES.name]) >= rollouts:
                 break
+            assert time.monotonic() < deadline, "the worker did not finish"
             time.sleep(1)
     finally:
         worker.send_signal(signal.SIGTERM)
         worker.wait(60)
-    times.sort()
-    span = times[-1] - times[0]
-    # Events of the rollouts scored after the first trajectory, over the time they took.
-    events = round(sent * (len(times) - 1) / len(times))
-    return events, span, events / span, peak
+    times = record_times(bootstrap, topics[TRAJECTORIES.name])
+    first_write = min(record_times(bootstrap, f"{app_id}-rollout-events-changelog"))
+    span = max(times) - first_write
+    return sent, span, sent / span, peak
 
 
 def live_worker_inflight_rss(bootstrap: str, home: Path, inflight: int,
@@ -183,7 +186,8 @@ def live_worker_inflight_rss(bootstrap: str, home: Path, inflight: int,
         deadline = time.monotonic() + 600
         while time.monotonic() < deadline:
             peak = max(peak, _tree_rss_mb(worker.pid))
-            if _stored(bootstrap, f"{app_id}-rollout-events-changelog") >= sent:
+            # One write to the assembler's table per event held (all rollouts are open).
+            if _written(bootstrap, f"{app_id}-rollout-events-changelog") >= sent:
                 time.sleep(3)
                 peak = max(peak, _tree_rss_mb(worker.pid))
                 break
@@ -194,14 +198,14 @@ def live_worker_inflight_rss(bootstrap: str, home: Path, inflight: int,
     return peak
 
 
-def _stored(bootstrap: str, changelog: str) -> int:
-    """Writes to the assembler's table so far: one per event held (all rollouts are open)."""
+def _written(bootstrap: str, topic: str) -> int:
+    """Records written to the topic so far."""
     from kafka import KafkaConsumer, TopicPartition
 
     consumer = KafkaConsumer(bootstrap_servers=bootstrap)
     try:
-        found = consumer.partitions_for_topic(changelog) or ()
-        parts = [TopicPartition(changelog, p) for p in found]
+        found = consumer.partitions_for_topic(topic) or ()
+        parts = [TopicPartition(topic, p) for p in found]
         return sum(consumer.end_offsets(parts).values()) if parts else 0
     finally:
         consumer.close()
