@@ -8,7 +8,7 @@ trajectory, so the worker's start-up is not counted but all its work is. Memory:
 in process, and the live worker's peak RSS while it holds --inflight rollouts that have
 started but not ended.
 
-    python bench/streams.py [--rollouts 2000] [--inflight 10000]
+    python bench/streams.py [--rollouts 2000] [--inflight 10000] [--calls 2]
 """
 
 from __future__ import annotations
@@ -61,7 +61,9 @@ from streams.replay import ReplaySources, run_replay  # noqa: E402
 T0 = datetime(2026, 11, 1, tzinfo=UTC)
 
 
-def rollout_events(i: int, rng: np.random.Generator) -> tuple[list[Envelope], QueueEntry]:
+def rollout_events(
+    i: int, rng: np.random.Generator, calls: int
+) -> tuple[list[Envelope], QueueEntry]:
     rid, group = f"r{i}", f"g{i // 8}"
     ts = T0 + timedelta(seconds=i * 0.01)
 
@@ -70,7 +72,7 @@ def rollout_events(i: int, rng: np.random.Generator) -> tuple[list[Envelope], Qu
 
     out = [env(RolloutStarted("task", group, 8, 0, {}, i), 0)]
     parent, shared = None, 0
-    for call in range(2):
+    for call in range(calls):
         prompt = rng.integers(0, 150_000, 2000, dtype=np.int32)
         completion = rng.integers(0, 150_000, 100, dtype=np.int32)
         cid = f"{rid}c{call}"
@@ -80,7 +82,7 @@ def rollout_events(i: int, rng: np.random.Generator) -> tuple[list[Envelope], Qu
             env(ModelResponse(cid, completion, np.full(100, -1.0, np.float32), 0), 0.5 + call)
         )
         parent, shared = cid, shared + 2100
-    out.append(env(RolloutFinished("success", float(i % 2)), 3))
+    out.append(env(RolloutFinished("success", float(i % 2)), calls + 1))
     return out, QueueEntry(rid, group, 8, ts)
 
 
@@ -94,11 +96,11 @@ def fresh_topics(bootstrap: str, tag: str) -> dict[str, str]:
 
 
 def produce(bootstrap: str, topics: dict[str, str], first: int, count: int, *,
-            finished: bool, rng: np.random.Generator) -> int:  # fmt: skip
+            finished: bool, rng: np.random.Generator, calls: int) -> int:  # fmt: skip
     producer = sync_producer(bootstrap, linger_ms=5, batch_size=1 << 20)
     sent = 0
     for i in range(first, first + count):
-        events, entry = rollout_events(i, rng)
+        events, entry = rollout_events(i, rng, calls)
         if not finished:
             events = events[:-1]
         producer.send(topics[QUEUE.name], codec.encode(entry), key=entry.rollout_id.encode())
@@ -147,12 +149,12 @@ def record_times(bootstrap: str, topic: str) -> list[float]:
         consumer.close()
 
 
-def live_worker_rate(bootstrap: str, home: Path, rollouts: int,
-                     rng: np.random.Generator) -> tuple[int, float, float, float]:  # fmt: skip
+def live_worker_rate(bootstrap: str, home: Path, rollouts: int, rng: np.random.Generator,
+                     calls: int) -> tuple[int, float, float, float]:  # fmt: skip
     """(events, seconds, events/s, peak RSS MiB) of the worker working through a backlog,
     timed from its first write to its assembler's table to its last trajectory."""
     topics = fresh_topics(bootstrap, "live")
-    sent = produce(bootstrap, topics, 0, rollouts, finished=True, rng=rng)
+    sent = produce(bootstrap, topics, 0, rollouts, finished=True, rng=rng, calls=calls)
     app_id = f"bench-{uuid.uuid4().hex[:8]}"
     worker = start_worker(bootstrap, home / "rate", topics, app_id)
     peak = 0.0
@@ -175,10 +177,10 @@ def live_worker_rate(bootstrap: str, home: Path, rollouts: int,
 
 
 def live_worker_inflight_rss(bootstrap: str, home: Path, inflight: int,
-                             rng: np.random.Generator) -> float:  # fmt: skip
+                             rng: np.random.Generator, calls: int) -> float:  # fmt: skip
     """Peak RSS (MiB) of the worker once it holds ``inflight`` started, unfinished rollouts."""
     topics = fresh_topics(bootstrap, "mem")
-    sent = produce(bootstrap, topics, 0, inflight, finished=False, rng=rng)
+    sent = produce(bootstrap, topics, 0, inflight, finished=False, rng=rng, calls=calls)
     app_id = f"bench-{uuid.uuid4().hex[:8]}"
     worker = start_worker(bootstrap, home / "mem", topics, app_id)
     peak = 0.0
@@ -232,6 +234,7 @@ def main() -> None:
     )
     parser.add_argument("--rollouts", type=int, default=2000, help="rollouts through the broker")
     parser.add_argument("--inflight", type=int, default=10000, help="rollouts held in memory")
+    parser.add_argument("--calls", type=int, default=2, help="model calls per rollout")
     args = parser.parse_args()
     console = Console(width=160)
     rng = np.random.default_rng(0)
@@ -240,7 +243,7 @@ def main() -> None:
     base_rss = psutil.Process().memory_info().rss / 2**20
     encoded, queue = [], []
     for i in range(args.inflight):
-        events, entry = rollout_events(i, rng)
+        events, entry = rollout_events(i, rng, args.calls)
         encoded.extend(codec.encode(e) for e in events)
         queue.append((i, entry))
     started = time.perf_counter()
@@ -268,7 +271,7 @@ def main() -> None:
         producer = sync_producer(bootstrap, linger_ms=5, batch_size=1 << 20)
         count = 0
         for i in range(args.rollouts):
-            events, entry = rollout_events(i, rng)
+            events, entry = rollout_events(i, rng, args.calls)
             producer.send(specs[1].name, codec.encode(entry), key=entry.rollout_id.encode())
             for e in events:
                 producer.send(specs[0].name, codec.encode(e), key=e.rollout_id.encode())
@@ -285,19 +288,22 @@ def main() -> None:
                       f"{elapsed:.2f}", f"{count / elapsed:.0f}", "")  # fmt: skip
         assert len(replay.samples) == args.rollouts
         with console.status("live worker working through a backlog…"):
-            events, span, rate, peak = live_worker_rate(bootstrap, home, args.rollouts, rng)
+            events, span, rate, peak = live_worker_rate(
+                bootstrap, home, args.rollouts, rng, args.calls
+            )
         table.add_row(f"live worker (sink on), backlog of {args.rollouts} rollouts", str(events),
                       f"{span:.2f}", f"{rate:.0f}", f"{peak:.0f}")  # fmt: skip
         with console.status(f"live worker holding {args.inflight} rollouts in flight…"):
-            peak = live_worker_inflight_rss(bootstrap, home, args.inflight, rng)
+            peak = live_worker_inflight_rss(bootstrap, home, args.inflight, rng, args.calls)
         table.add_row(f"live worker, {args.inflight} rollouts in flight", "", "", "",
                       f"{peak:.0f}")  # fmt: skip
     finally:
         if broker is not None:
             broker.down(purge=True)
         shutil.rmtree(home, ignore_errors=True)
-    console.print("events: RolloutStarted, 2 x (ModelRequest with 2,000 new prompt tokens, "
-                  "ModelResponse with 100 tokens), RolloutFinished — 6 per rollout")  # fmt: skip
+    console.print(f"events: RolloutStarted, {args.calls} x (ModelRequest with 2,000 new prompt "
+                  "tokens, ModelResponse with 100 tokens), RolloutFinished — "
+                  f"{2 * args.calls + 2} per rollout")  # fmt: skip
     console.print(table)
 
 

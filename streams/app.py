@@ -1,8 +1,8 @@
 """The live Faust worker: assemble rollouts, score complete groups, sequence, sink.
 
-- ``assemble`` (forge.events, keyed by rollout): a rollout's raw events accumulate in a
-  table with a changelog (dedup by event_id); when it ends, its bundle goes to an internal
-  topic keyed by group.
+- ``assemble`` (forge.events, keyed by rollout): each raw event is stored once in a table
+  with a changelog, beside a small per-rollout index (dedup by event_id); when the rollout
+  ends, its events go as one bundle to an internal topic keyed by group.
 - ``score`` (internal topic, keyed by group): each member's bundle is stored once under its
   own key, next to the group's member list; a complete group is scored and its trajectories
   go to forge.trajectories (and the rollouts/calls tables).
@@ -90,7 +90,7 @@ def create_streams_app(
     dlq = app.topic(DLQ.name, key_type=bytes, value_type=bytes)
     # Keys and values are bytes on both sides: a str key would not survive changelog recovery.
     tables = {"default": bytes, "partitions": 4, "key_type": bytes, "value_type": bytes}
-    rollout_events, group_members, member_bundles, scored_groups = (
+    rollout_index, rollout_events, group_members, member_bundles, scored_groups = (
         app.Table(t, **tables) for t in TABLES
     )
     group_timeout = timedelta(seconds=config.group_timeout_s)
@@ -138,23 +138,28 @@ def create_streams_app(
 
     @app.agent(events)
     async def assemble(stream: faust.StreamT) -> None:
+        """Each event is stored once under its own key, next to its rollout's small index;
+        an ended rollout's events go on as one bundle to the group's partition of ``ended``."""
         async for event in stream.events():
             envelope = await decoded(event, Envelope)
             if envelope is None:
                 continue
             rid = envelope.rollout_id
-            key = rid.encode()
-            bundle = rollout_events[key]
-            current = bundles.assembly(rid, bundle)
-            if current.add(envelope):
-                bundle = bundles.append(bundle, event.value)
-                if current.complete:
-                    group = bundles.group_of(current)
-                    assert group is not None
-                    await ended.send(key=group[0].encode(), value=bundle)
-                    del rollout_events[key]
-                else:
-                    rollout_events[key] = bundle
+            index = bundles.RolloutIndex.from_bytes(rollout_index[rid.encode()])
+            if index.admits(envelope):
+                grown = index.with_event(envelope)
+                if grown.complete:
+                    assert grown.group_id is not None
+                    stored = (rollout_events[_event_key(rid, e)] for e in index.event_ids)
+                    bundle = b"".join(bundles.append(b"", m) for m in (*stored, event.value))
+                    await ended.send(key=grown.group_id.encode(), value=bundle)
+                    if index.event_ids:  # the index first: it never names a missing event
+                        del rollout_index[rid.encode()]
+                        for event_id in index.event_ids:
+                            del rollout_events[_event_key(rid, event_id)]
+                else:  # the event first, then the index that names it
+                    rollout_events[_event_key(rid, envelope.event_id)] = event.value
+                    rollout_index[rid.encode()] = grown.to_bytes()
             progress.saw(envelope.ts)  # after its bundle is on its way to ``score``
 
     @app.agent(ended)
@@ -255,7 +260,7 @@ def create_streams_app(
     return app
 
 
-TABLES = ("rollout-events", "group-members", "member-bundles", "scored-groups")
+TABLES = ("rollout-index", "rollout-events", "group-members", "member-bundles", "scored-groups")
 TICK_HEADER = "forge-group-tick"
 
 
@@ -314,6 +319,10 @@ class _Member:
     def of(cls, bundle: bytes) -> _Member:
         events = bundles.assembly_of(bundle)
         return cls(events, events.assemble())
+
+
+def _event_key(rollout_id: str, event_id: str) -> bytes:
+    return f"{rollout_id}\x00{event_id}".encode()
 
 
 def _member_key(group: bytes, rollout_id: str) -> bytes:

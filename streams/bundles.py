@@ -6,11 +6,13 @@ from a bundle is the same as assembling from the log.
 
 from __future__ import annotations
 
+import json
 import struct
 from collections.abc import Iterator
+from dataclasses import dataclass
 
 from schemas import codec
-from schemas.records import Envelope, RolloutStarted
+from schemas.records import Envelope, RolloutAborted, RolloutFinished, RolloutStarted
 from streams.assembler import RolloutAssembly
 
 _LEN = struct.Struct("<I")
@@ -29,13 +31,6 @@ def messages(bundle: bytes) -> Iterator[bytes]:
         at += size
 
 
-def assembly(rollout_id: str, bundle: bytes) -> RolloutAssembly:
-    result = RolloutAssembly(rollout_id)
-    for message in messages(bundle):
-        result.add(codec.decode(message, Envelope))
-    return result
-
-
 def assembly_of(bundle: bytes) -> RolloutAssembly:
     """A non-empty bundle's assembly; its first event names the rollout."""
     envelopes = [codec.decode(message, Envelope) for message in messages(bundle)]
@@ -45,10 +40,38 @@ def assembly_of(bundle: bytes) -> RolloutAssembly:
     return result
 
 
-def group_of(assembled: RolloutAssembly) -> tuple[str, int] | None:
-    """(group_id, group_size) from the rollout's RolloutStarted, if it was seen."""
-    if assembled.started is None:
-        return None
-    start = assembled.started.payload
-    assert isinstance(start, RolloutStarted)
-    return start.group_id, start.group_size
+@dataclass(frozen=True)
+class RolloutIndex:
+    """What the assembler keeps of an open rollout besides its events, which it stores one
+    per key: their ids in log order (the dedup set too), its group once RolloutStarted was
+    seen, and whether it ended. The same rules as ``RolloutAssembly.add``."""
+
+    event_ids: tuple[str, ...] = ()
+    group_id: str | None = None
+    ended: bool = False
+
+    @property
+    def complete(self) -> bool:
+        return self.group_id is not None and self.ended
+
+    def admits(self, envelope: Envelope) -> bool:
+        """False for a duplicate or anything after the rollout ended."""
+        return not self.ended and envelope.event_id not in self.event_ids
+
+    def with_event(self, envelope: Envelope) -> RolloutIndex:
+        payload = envelope.payload
+        group = self.group_id
+        if group is None and isinstance(payload, RolloutStarted):
+            group = payload.group_id
+        ended = isinstance(payload, RolloutFinished | RolloutAborted)
+        return RolloutIndex((*self.event_ids, envelope.event_id), group, ended)
+
+    def to_bytes(self) -> bytes:
+        return json.dumps([list(self.event_ids), self.group_id, self.ended]).encode()
+
+    @classmethod
+    def from_bytes(cls, raw: bytes) -> RolloutIndex:
+        if not raw:
+            return cls()
+        event_ids, group_id, ended = json.loads(raw)
+        return cls(tuple(event_ids), group_id, ended)
