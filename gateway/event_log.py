@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 import uuid
 from datetime import UTC, datetime
@@ -14,6 +15,8 @@ from gateway.errors import EventLogUnavailableError
 from infra.kafka_clients import durable_producer
 from schemas import codec
 from schemas.records import Envelope, Event, QueueEntry
+
+log = logging.getLogger(__name__)
 
 
 class EventLog:
@@ -41,7 +44,12 @@ class EventLog:
             raise EventLogUnavailableError(f"Kafka unreachable at start-up: {exc!r}") from exc
 
     async def close(self) -> None:
-        await self.producer.stop()
+        """Bounded: with Kafka gone, aiokafka keeps retrying sends whose callers were already
+        answered 503 (nothing acknowledged is pending), and shutdown would wait on them."""
+        try:
+            await asyncio.wait_for(self.producer.stop(), self.timeout_s)
+        except TimeoutError:
+            log.warning("Kafka unreachable at shutdown: unacknowledged sends dropped")
 
     async def enqueue(self, entry: QueueEntry) -> int:
         """Store a generation-queue entry; its offset is the rollout's queue index."""

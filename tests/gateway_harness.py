@@ -92,3 +92,4 @@ def running_gateway(bootstrap: str, model_dir: Path, **overrides: Any) -> Iterat
     finally:
         server.should_exit = True
         thread.join(30)
+        assert not thread.is_alive(), "the gateway did not shut down within 30 s"
