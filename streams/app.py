@@ -95,10 +95,9 @@ def create_streams_app(
     )
     group_timeout = timedelta(seconds=config.group_timeout_s)
     progress = _Progress()
-    # Open groups decoded, so a member's arrival decodes only that member. The tables stay
-    # the truth: an entry is used only while it names the members the table lists.
+    # Open groups decoded, so neither a member's arrival nor the timer decodes stored members.
+    # The tables stay the truth: an entry is used only while it names the members listed.
     open_groups: dict[bytes, dict[str, _Member]] = {}
-    deadlines: dict[bytes, datetime] = {}  # open groups' timeouts, so the timer decodes nothing
 
     def members_of(key: bytes) -> dict[str, _Member]:
         names = _names(group_members[key])
@@ -110,10 +109,7 @@ def create_streams_app(
         return cached
 
     def deadline_of(key: bytes) -> datetime:
-        if key not in deadlines:  # a group recovered from the changelog after a restart
-            started = min(m.assembled.started_ts for m in members_of(key).values())
-            deadlines[key] = started + group_timeout
-        return deadlines[key]
+        return min(m.assembled.started_ts for m in members_of(key).values()) + group_timeout
 
     sink = analytics_client(infra) if settings.sink else None
     buffer = SinkBuffer(sink) if sink is not None else None
@@ -187,9 +183,7 @@ def create_streams_app(
                     member_bundles[_member_key(key, arrived.assembled.rollout_id)] = event.value
                     group_members[key] = _joined(members)
                 open_groups[key] = members
-                deadlines[key] = min(m.started_ts for m in assembled) + group_timeout
                 continue
-            deadlines.pop(key, None)
             open_groups.pop(key, None)
             for late in settled.late:
                 reason = f"rollout {late.rollout_id} ended after its group's timeout"
