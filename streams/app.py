@@ -147,7 +147,7 @@ def create_streams_app(
                 if grown.complete:
                     assert grown.group_id is not None
                     stored = (rollout_events[_event_key(rid, e)] for e in index.event_ids)
-                    bundle = b"".join(bundles.append(b"", m) for m in (*stored, event.value))
+                    bundle = bundles.pack((*stored, event.value))
                     await ended.send(key=grown.group_id.encode(), value=bundle)
                     if index.event_ids:  # the index first: it never names a missing event
                         del rollout_index[rid.encode()]

@@ -1,4 +1,4 @@
-"""A rollout's raw events as one value: length-prefixed Avro messages, appended to as they come.
+"""A rollout's raw events as one value: length-prefixed Avro messages, in log order.
 
 The stored bytes are the messages exactly as they arrived on forge.events, so assembling
 from a bundle is the same as assembling from the log.
@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import struct
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
 from schemas import codec
@@ -18,8 +18,8 @@ from streams.assembler import RolloutAssembly
 _LEN = struct.Struct("<I")
 
 
-def append(bundle: bytes, message: bytes) -> bytes:
-    return bundle + _LEN.pack(len(message)) + message
+def pack(messages: Iterable[bytes]) -> bytes:
+    return b"".join(_LEN.pack(len(message)) + message for message in messages)
 
 
 def messages(bundle: bytes) -> Iterator[bytes]:

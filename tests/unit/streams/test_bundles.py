@@ -26,7 +26,7 @@ def test_the_index_admits_what_the_assembly_adds_and_completes_with_it():
     index, admitted = replay_index(noisy)
     assert index.event_ids == tuple(e.event_id for e in added)
     assert index.complete and assembly.complete and index.group_id == "g7"
-    bundle = b"".join(bundles.append(b"", m) for m in admitted)
+    bundle = bundles.pack(admitted)
     assert bundles.assembly_of(bundle).assemble() == assembly.assemble()
 
 
