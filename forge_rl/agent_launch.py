@@ -4,6 +4,9 @@ Two launchers honour the same contract. ``CommandLauncher`` runs any program (th
 path, ``--agent-cmd``). ``ForkedLauncher`` runs the built-in agent in processes forked from a
 server that has already imported the OpenAI SDK: importing it costs ~1.3 s of CPU, which
 would otherwise dominate a tiny model's episode on two cores.
+
+Both give the agent ``agent_environment(episode)``, never the runner's environment as it is:
+the runner holds the gateway admin key, and an agent is untrusted code.
 """
 
 from __future__ import annotations
@@ -35,8 +38,36 @@ class AgentExit:
         return lines[-1] if lines else ""
 
 
+EPISODE_VARIABLES = frozenset({"FORGE_TASK", "FORGE_ROLLOUT_ID"})
+"""The FORGE_* names an episode may hand its agent: the agent contract, no secrets."""
+
+
+def agent_environment(episode: Mapping[str, str]) -> dict[str, str]:
+    """This process's environment without forge's own variables, then ``episode`` on top.
+
+    Forge's own variables are all names starting with FORGE_, in any case: every service reads
+    its settings (the admin key, URLs with passwords) from that prefix, case-insensitively, as
+    pydantic-settings does. The whole prefix goes, not a guess at names with KEY or TOKEN in
+    them, and nothing else does: PATH, HOME, LANG, VIRTUAL_ENV, proxies or the operator's own
+    tool keys are the agent's to use. ``episode`` (OPENAI_BASE_URL, OPENAI_API_KEY, FORGE_TASK,
+    ...) is set after the scrub; a FORGE_* name in it outside EPISODE_VARIABLES is dropped too,
+    so a caller passing ``{**os.environ, ...}`` leaks nothing either. This governs what an agent
+    is given; it is no sandbox: a process of the same user can read /proc/PID/environ, a forked
+    agent's own included (the fork server's environment from when it started).
+    """
+    env = {k: v for k, v in os.environ.items() if not _forge_owned(k)}
+    env.update({k: v for k, v in episode.items() if k in EPISODE_VARIABLES or not _forge_owned(k)})
+    return env
+
+
+def _forge_owned(name: str) -> bool:
+    return name.upper().startswith("FORGE_")
+
+
 class Launcher(Protocol):
-    async def run(self, env: Mapping[str, str], timeout_s: float) -> AgentExit: ...
+    async def run(self, env: Mapping[str, str], timeout_s: float) -> AgentExit:
+        """Run one episode; ``env`` is the episode's variables (see ``agent_environment``)."""
+        ...
 
 
 class CommandLauncher:
@@ -49,7 +80,7 @@ class CommandLauncher:
     async def run(self, env: Mapping[str, str], timeout_s: float) -> AgentExit:
         proc = await asyncio.create_subprocess_shell(
             self.command,
-            env=dict(env),
+            env=agent_environment(env),
             cwd=self.cwd,
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.PIPE,
@@ -71,6 +102,7 @@ class CommandLauncher:
 
 
 def _forked_main(target: Callable[[], None], env: dict[str, str], conn: Connection) -> None:
+    # The fork server copied the runner's environment when it started: replace it whole.
     os.environ.clear()
     os.environ.update(env)
     out, err, code = io.StringIO(), io.StringIO(), 0
@@ -97,7 +129,7 @@ class ForkedLauncher:
     async def run(self, env: Mapping[str, str], timeout_s: float) -> AgentExit:
         receive, send = self.context.Pipe(duplex=False)
         process = self.context.Process(
-            target=_forked_main, args=(self.target, dict(env), send), daemon=True
+            target=_forked_main, args=(self.target, agent_environment(env), send), daemon=True
         )
         process.start()
         send.close()

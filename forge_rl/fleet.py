@@ -9,7 +9,6 @@ the reason when the agent crashed, timed out or answered nonsense.
 from __future__ import annotations
 
 import asyncio
-import os
 import random
 import time
 from collections.abc import Callable
@@ -109,8 +108,7 @@ class Fleet:
         slots: asyncio.Semaphore,
     ) -> None:
         rid = rollout["rollout_id"]
-        env = {
-            **os.environ,
+        env = {  # the launcher adds the rest of the environment, forge's secrets left out
             "OPENAI_BASE_URL": rollout["base_url"],
             "OPENAI_API_KEY": rollout["api_key"],
             "FORGE_TASK": task.to_json(),
