@@ -157,7 +157,7 @@ class Runner:
         supervisor.start("gateway", [*cli, "gateway", "--port", str(gateway_port)])
         deadline = time.monotonic() + self.settings.startup_timeout_s
         with self.console.status("starting gateway, streams worker and trainer…"):
-            _wait_ready(supervisor, f"{self.gateway_url}/healthz", deadline)
+            _wait_ready(supervisor, f"{self.gateway_url}/health", deadline)
             _wait_ready(supervisor, f"{self.web_url}/", deadline)
         return bootstrap
 
@@ -225,7 +225,7 @@ class Runner:
 
     async def _poll_version(self, http: httpx.AsyncClient) -> None:
         try:
-            self.state.served_version = int((await http.get("/healthz")).json()["policy_version"])
+            self.state.served_version = int((await http.get("/health")).json()["policy_version"])
         except (httpx.HTTPError, KeyError, ValueError):
             return
         target = self.settings.until_policy

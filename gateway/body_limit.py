@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from gateway.protocol import error_body
+from gateway.responses import error_body
 
 Scope = dict[str, Any]
 

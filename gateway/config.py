@@ -36,6 +36,13 @@ class GatewaySettings(ForgeSettings):
     max_batch_size: int = Field(default=16, ge=1, description="Rows per embedded micro-batch.")
     batch_wait_ms: float = Field(default=2.0, ge=0, description="Micro-batch gathering window.")
     max_context_tokens: int = Field(default=4096, ge=16)
+    max_concurrent_generations: int = Field(
+        default=64, ge=1, description="Model calls generating at once; more wait in a queue."
+    )
+    max_queued_generations: int = Field(
+        default=256, ge=0, description="Model calls waiting beyond that; more get 429."
+    )
+    max_signals_per_rollout: int = Field(default=4096, ge=1)
     default_max_tokens: int = Field(default=256, ge=1)
     rollout_timeout_s: float = Field(default=600.0, gt=0)
     max_body_bytes: int = Field(default=8 * 1024 * 1024, ge=1024)

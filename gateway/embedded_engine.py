@@ -20,6 +20,7 @@ import torch
 
 from gateway.chat_tokenizer import ChatTokenizer
 from gateway.engine import Generation, PolicyState, SamplingParams
+from gateway.errors import EngineError
 
 log = logging.getLogger(__name__)
 
@@ -45,6 +46,7 @@ class _Row:
     generator: torch.Generator | None
     tokens: list[int] = field(default_factory=list)
     logprobs: list[float] = field(default_factory=list)
+    top: list[tuple[tuple[int, float], ...]] = field(default_factory=list)
     finish_reason: str | None = None
     text: str = ""
 
@@ -80,7 +82,7 @@ class EmbeddedEngine:
         self.policy = PolicyState()
         self._queue: asyncio.Queue[_Pending | _Reload] = asyncio.Queue()
         self._worker: asyncio.Task[None] | None = None
-        self.eos_id = self.tokenizer.eos_token_id
+        self.eos_ids = self.tokenizer.eos_token_ids
         self.pad_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
 
     @property
@@ -122,18 +124,26 @@ class EmbeddedEngine:
                 self._apply(first)
                 continue
             batch, reload = await self._gather(first)
-            try:
-                results = await asyncio.to_thread(self._generate_batch, batch)
-            except Exception as exc:  # one bad batch must not kill the engine
-                for item in batch:
-                    if not item.future.done():
-                        item.future.set_exception(exc)
-            else:
-                for item, result in zip(batch, results, strict=True):
-                    if not item.future.done():
-                        item.future.set_result(result)
+            await self._serve(batch)
             if reload is not None:
                 self._apply(reload)
+
+    async def _serve(self, batch: list[_Pending]) -> None:
+        """Answer a batch; if it fails, each request alone, so only the bad one fails."""
+        try:
+            results = await asyncio.to_thread(self._generate_batch, batch)
+        except Exception as exc:  # one bad request must not fail its batch or kill the engine
+            if len(batch) > 1:
+                for item in batch:
+                    await self._serve([item])
+                return
+            log.warning("generation failed: %r", exc)
+            if not batch[0].future.done():
+                batch[0].future.set_exception(EngineError("the engine could not generate this"))
+            return
+        for item, result in zip(batch, results, strict=True):
+            if not item.future.done():
+                item.future.set_result(result)
 
     async def _gather(self, first: _Pending) -> tuple[list[_Pending], _Reload | None]:
         """Requests arriving within the batching window, up to a reload that must come after."""
@@ -183,6 +193,9 @@ class EmbeddedEngine:
                 token = _sample(logits[i].float(), params, row.generator)
                 row.tokens.append(token)
                 row.logprobs.append(float(logp[i, token]))
+                if params.top_logprobs:
+                    values, ids = torch.topk(logp[i], params.top_logprobs)
+                    row.top.append(tuple(zip(ids.tolist(), values.tolist(), strict=True)))
                 next_ids[i] = token
                 self._check_finished(row, params)
             if all(row.finish_reason is not None for row in rows):
@@ -206,12 +219,13 @@ class EmbeddedEngine:
                     text=row.text,
                     finish_reason=row.finish_reason or "length",
                     policy_version=version,
+                    top_logprobs=tuple(row.top) if batch[row.request].params.top_logprobs else None,
                 )
             )
         return results
 
     def _check_finished(self, row: _Row, params: SamplingParams) -> None:
-        if row.tokens[-1] == self.eos_id:
+        if row.tokens[-1] in self.eos_ids:
             row.text = self.tokenizer.decode(row.tokens[:-1], skip_special_tokens=False)
             row.finish_reason = "stop"
             return

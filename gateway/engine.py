@@ -19,6 +19,8 @@ class SamplingParams:
     n: int = 1
     seed: int | None = None
     stop: tuple[str, ...] = ()
+    top_logprobs: int = 0
+    """Most likely alternatives to report per sampled token (0: none)."""
 
 
 @dataclass(frozen=True)
@@ -31,6 +33,8 @@ class Generation:
     text: str
     finish_reason: str
     policy_version: int
+    top_logprobs: tuple[tuple[tuple[int, float], ...], ...] | None = None
+    """Per sampled token, the (token id, log-prob) of the most likely tokens, when asked for."""
 
 
 @dataclass

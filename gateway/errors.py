@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+import asyncio
+from typing import Any
+
 from schemas.errors import ForgeError
 
 
 class GatewayError(ForgeError):
     status = 500
     error_type = "server_error"
+    retry_after_s: int | None = None
+    """Sent as Retry-After when set."""
 
     def __init__(self, message: str, *, param: str | None = None) -> None:
         super().__init__(message)
@@ -44,13 +49,29 @@ class BodyTooLargeError(GatewayError):
     error_type = "invalid_request_error"
 
 
+class OverloadedError(GatewayError):
+    """More generations in flight and queued than the gateway admits: retry later."""
+
+    status = 429
+    error_type = "rate_limit_error"
+    retry_after_s = 1
+
+
 class EventLogUnavailableError(GatewayError):
     """The events could not be stored; nothing was acknowledged to the agent."""
 
     status = 503
     error_type = "service_unavailable"
+    retry_after_s = 1
+
+    def __init__(self, message: str, *, pending: asyncio.Future[Any] | None = None) -> None:
+        super().__init__(message)
+        self.pending = pending
+        """A send that timed out but may still be delivered (the producer retries)."""
 
 
 class EngineError(GatewayError):
+    """The engine failed; the message is for the agent, details go to the log."""
+
     status = 502
     error_type = "engine_error"

@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
-import uuid
-from datetime import UTC, datetime
+from collections.abc import Sequence
+from typing import Protocol
 
 from aiokafka import AIOKafkaProducer
 from aiokafka.errors import KafkaError
@@ -14,9 +13,22 @@ from aiokafka.errors import KafkaError
 from gateway.errors import EventLogUnavailableError
 from infra.kafka_clients import durable_producer
 from schemas import codec
-from schemas.records import Envelope, Event, QueueEntry
+from schemas.records import Envelope, QueueEntry
 
 log = logging.getLogger(__name__)
+UNAVAILABLE = "the event log is unavailable: nothing of this request was recorded; retry later"
+
+
+class EventSink(Protocol):
+    """Where the gateway's events go: Kafka in production, a list in unit tests."""
+
+    async def start(self) -> None: ...
+
+    async def close(self) -> None: ...
+
+    async def enqueue(self, entry: QueueEntry) -> int: ...
+
+    async def append(self, envelopes: Sequence[Envelope]) -> None: ...
 
 
 class EventLog:
@@ -27,7 +39,6 @@ class EventLog:
         self.queue_topic = queue_topic
         self.timeout_s = timeout_s
         self.bootstrap = bootstrap
-        self.last_produce_s = 0.0
 
     async def start(self) -> None:
         """Connect; aiokafka binds its producer to the running event loop, so it is made here."""
@@ -52,42 +63,39 @@ class EventLog:
             log.warning("Kafka unreachable at shutdown: unacknowledged sends dropped")
 
     async def enqueue(self, entry: QueueEntry) -> int:
-        """Store a generation-queue entry; its offset is the rollout's queue index."""
+        """Store a generation-queue entry; its offset is the rollout's queue index.
+
+        On a timeout the send may still land later (the producer retries): the error carries
+        the pending delivery so the caller can resolve that queue index once it is known."""
         try:
-            future = await self.producer.send(
+            sent = await self.producer.send(
                 self.queue_topic, codec.encode(entry), key=entry.rollout_id.encode()
             )
-            metadata = await asyncio.wait_for(future, self.timeout_s)
+        except (KafkaError, OSError) as exc:
+            log.warning("queue entry for %s not sent: %r", entry.rollout_id, exc)
+            raise EventLogUnavailableError(UNAVAILABLE) from exc
+        try:
+            metadata = await asyncio.wait_for(asyncio.shield(sent), self.timeout_s)
         except (KafkaError, TimeoutError, OSError) as exc:
-            raise EventLogUnavailableError(f"queue entry could not be stored: {exc!r}") from exc
+            log.warning("queue entry for %s not acknowledged: %r", entry.rollout_id, exc)
+            raise EventLogUnavailableError(UNAVAILABLE, pending=sent) from exc
         return int(metadata.offset)
 
-    async def append(self, rollout_id: str, payloads: list[Event]) -> None:
-        """Store events or raise; returns only once all are acknowledged."""
-        now = datetime.now(UTC)
-        key = rollout_id.encode()
-        started = time.perf_counter()
+    async def append(self, envelopes: Sequence[Envelope]) -> None:
+        """Store events (all of one rollout) or raise; returns once all are acknowledged.
+
+        The whole of it is bounded: a full producer buffer waits inside ``send`` too."""
         try:
-            futures = [
-                await self.producer.send(
-                    self.events_topic,
-                    codec.encode(
-                        Envelope(
-                            event_id=str(uuid.uuid4()),
-                            rollout_id=rollout_id,
-                            ts=now,
-                            producer="gateway",
-                            payload=payload,
-                        )
-                    ),
-                    key=key,
-                )
-                for payload in payloads
-            ]
-            await asyncio.wait_for(asyncio.gather(*futures), self.timeout_s)
+            await asyncio.wait_for(self._send_all(envelopes), self.timeout_s)
         except (KafkaError, TimeoutError, OSError) as exc:
-            raise EventLogUnavailableError(
-                f"events for rollout {rollout_id} could not be stored: {exc!r}"
-            ) from exc
-        finally:
-            self.last_produce_s = time.perf_counter() - started
+            log.warning("events of %s not acknowledged: %r", envelopes[0].rollout_id, exc)
+            raise EventLogUnavailableError(UNAVAILABLE) from exc
+
+    async def _send_all(self, envelopes: Sequence[Envelope]) -> None:
+        futures = [
+            await self.producer.send(
+                self.events_topic, codec.encode(env), key=env.rollout_id.encode()
+            )
+            for env in envelopes
+        ]
+        await asyncio.gather(*futures)

@@ -25,14 +25,22 @@ from gateway.engine import Generation, PolicyState, SamplingParams
 from gateway.errors import EngineError
 
 log = logging.getLogger(__name__)
+ENGINE_FAILED = "the engine could not answer this call; nothing was recorded"
 
 
-def parse_completion(body: dict[str, Any], version: int) -> list[Generation]:
+def _alternatives(top: dict[str, float] | None) -> tuple[tuple[int, float], ...]:
+    """vLLM's per-token top log-probs, keyed "token_id:N" (return_tokens_as_token_ids)."""
+    pairs = ((int(k.rpartition(":")[2]), float(v)) for k, v in (top or {}).items())
+    return tuple(sorted(pairs, key=lambda p: -p[1]))
+
+
+def parse_completion(body: dict[str, Any], version: int, top_k: int = 0) -> list[Generation]:
     """Generations from a vLLM /v1/completions response (return_token_ids + logprobs)."""
     out = []
     for choice in sorted(body.get("choices", []), key=lambda c: c.get("index", 0)):
         token_ids = choice.get("token_ids")
         logprobs = (choice.get("logprobs") or {}).get("token_logprobs")
+        top = (choice.get("logprobs") or {}).get("top_logprobs")
         if token_ids is None or logprobs is None:
             raise EngineError("vLLM response lacks token_ids or logprobs (vLLM >= 0.10.2 needed)")
         if len(token_ids) != len(logprobs):
@@ -46,6 +54,9 @@ def parse_completion(body: dict[str, Any], version: int) -> list[Generation]:
                 text=choice.get("text", ""),
                 finish_reason=choice.get("finish_reason") or "length",
                 policy_version=version,
+                top_logprobs=tuple(_alternatives(t)[:top_k] for t in top)
+                if top_k and top
+                else None,
             )
         )
     return out
@@ -55,7 +66,7 @@ class VllmEngine:
     def __init__(
         self,
         base_url: str,
-        tokenizer: ChatTokenizer | None,
+        tokenizer: ChatTokenizer,
         *,
         model_name: str,
         policy_link: Path | None,
@@ -93,7 +104,7 @@ class VllmEngine:
                 "temperature": params.temperature,
                 "top_p": params.top_p,
                 "n": params.n,
-                "logprobs": 0,
+                "logprobs": params.top_logprobs,
                 "return_token_ids": True,
                 "return_tokens_as_token_ids": True,
                 "skip_special_tokens": False,
@@ -105,10 +116,12 @@ class VllmEngine:
             try:
                 response = await self.client.post("/v1/completions", json=payload)
             except httpx.HTTPError as exc:
-                raise EngineError(f"vLLM unreachable: {exc!r}") from exc
+                log.warning("vLLM unreachable: %r", exc)
+                raise EngineError(ENGINE_FAILED) from exc
             if response.status_code != 200:
-                raise EngineError(f"vLLM answered {response.status_code}: {response.text[:500]}")
-            return parse_completion(response.json(), version)
+                log.warning("vLLM answered %d: %s", response.status_code, response.text[:500])
+                raise EngineError(ENGINE_FAILED)
+            return parse_completion(response.json(), version, params.top_logprobs)
         finally:
             async with self._idle:
                 self._inflight -= 1

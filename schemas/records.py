@@ -114,8 +114,24 @@ class RolloutAborted(Record):
     reason: str
 
 
+@dataclass(eq=False, slots=True)
+class EventsVoided(Record):
+    """Events whose caller was told they failed (503) but that may still reach the log: the
+    producer retries them. Written before the rollout's next event; consumers skip them."""
+
+    schema_name: ClassVar[str] = "forge.EventsVoided"
+    event_ids: list[str]
+    reason: str
+
+
 Event = (
-    RolloutStarted | ModelRequest | ModelResponse | ProcessSignal | RolloutFinished | RolloutAborted
+    RolloutStarted
+    | ModelRequest
+    | ModelResponse
+    | ProcessSignal
+    | RolloutFinished
+    | RolloutAborted
+    | EventsVoided
 )
 
 
@@ -127,6 +143,7 @@ class EventKind(enum.StrEnum):
     ROLLOUT_FINISHED = "ROLLOUT_FINISHED"
     ROLLOUT_ABORTED = "ROLLOUT_ABORTED"
     UNKNOWN = "UNKNOWN"
+    EVENTS_VOIDED = "EVENTS_VOIDED"
 
 
 EVENT_KINDS: dict[type[Record], EventKind] = {
@@ -136,6 +153,7 @@ EVENT_KINDS: dict[type[Record], EventKind] = {
     ProcessSignal: EventKind.PROCESS_SIGNAL,
     RolloutFinished: EventKind.ROLLOUT_FINISHED,
     RolloutAborted: EventKind.ROLLOUT_ABORTED,
+    EventsVoided: EventKind.EVENTS_VOIDED,
 }
 
 
@@ -230,6 +248,10 @@ class TrainStep(Record):
     step_time_s: float
     ts: datetime
     sample_ids: list[str] = field(default_factory=list)
+    skipped_nonfinite: bool = False
+    """Non-finite loss or gradient norm: weights, optimizer state and version unchanged."""
+    dead_lettered: int = 0
+    """Records read for this step's batch that went to forge.dlq instead."""
 
 
 @dataclass(eq=False, slots=True)
@@ -252,6 +274,7 @@ RECORD_TYPES: tuple[type[Record], ...] = (
     ProcessSignal,
     RolloutFinished,
     RolloutAborted,
+    EventsVoided,
     Envelope,
     QueueEntry,
     TrajectoryCall,

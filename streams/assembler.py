@@ -1,7 +1,9 @@
 """Per-rollout assembly of the event log into an unscored trajectory (pure).
 
 Events of one rollout arrive in log order (one partition per rollout key); duplicates from
-at-least-once delivery are dropped by event_id. Choice k > 0 of a call with n > 1 becomes its
+at-least-once delivery are dropped by event_id. Events named by an EventsVoided were answered
+with an error to the agent (they reached the log late, through the producer's retries), so
+they are in no trajectory; the gateway writes the void before the rollout's next event. Choice k > 0 of a call with n > 1 becomes its
 own trajectory call ``<call_id>#<k>``, so parent references stay unambiguous.
 """
 
@@ -12,6 +14,7 @@ from datetime import datetime
 
 from schemas.records import (
     Envelope,
+    EventsVoided,
     ModelRequest,
     ModelResponse,
     ProcessSignal,
@@ -87,7 +90,15 @@ class RolloutAssembly:
         requests: dict[str, tuple[int, ModelRequest]] = {}
         responses: dict[str, list[ModelResponse]] = {}
         signals: list[tuple[int, float]] = []
+        voided = {
+            event_id
+            for env in self.events
+            if isinstance(env.payload, EventsVoided)
+            for event_id in env.payload.event_ids
+        }
         for env in self.events:
+            if env.event_id in voided:
+                continue
             p = env.payload
             if isinstance(p, ModelRequest) and p.call_id not in requests:
                 requests[p.call_id] = (len(requests), p)

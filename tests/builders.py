@@ -11,6 +11,7 @@ from schemas.records import (
     DeadLetter,
     Envelope,
     Event,
+    EventsVoided,
     ModelRequest,
     ModelResponse,
     PolicyUpdated,
@@ -77,6 +78,7 @@ def events() -> list[Event]:
         ProcessSignal(step=1, name="tests_passed", value=0.5),
         RolloutFinished(status="success", outcome_reward=1.0),
         RolloutAborted(reason="timeout"),
+        EventsVoided(event_ids=["event-1"], reason="event log unavailable"),
     ]
 
 

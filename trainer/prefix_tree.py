@@ -16,8 +16,8 @@ import numpy as np
 import numpy.typing as npt
 
 from schemas.errors import ForgeError
-
-IntArray = npt.NDArray[np.int32]
+from schemas.records import IntArray
+from schemas.tokens import common_prefix
 
 
 class TokenBudgetError(ForgeError):
@@ -55,12 +55,6 @@ class PackedForest:
 def sort_key(tokens: IntArray) -> bytes:
     """Big-endian unsigned bytes compare like the token sequence, a prefix first."""
     return np.asarray(tokens, dtype=">u4").tobytes()
-
-
-def common_prefix(a: IntArray, b: IntArray) -> int:
-    n = min(a.shape[0], b.shape[0])
-    diff = np.flatnonzero(a[:n] != b[:n])
-    return int(diff[0]) if diff.size else n
 
 
 def build_forest(sequences: Sequence[IntArray], ids: Sequence[int] | None = None) -> PackedForest:

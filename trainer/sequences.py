@@ -6,13 +6,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 import numpy as np
-import numpy.typing as npt
 
 from schemas.errors import ForgeError
-from schemas.records import TrainSample
-
-IntArray = npt.NDArray[np.int32]
-FloatArray = npt.NDArray[np.float32]
+from schemas.records import FloatArray, IntArray, TrainSample
 
 
 class InvalidTrajectoryError(ForgeError):

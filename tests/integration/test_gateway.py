@@ -180,7 +180,7 @@ def test_abort_closes_the_rollout_with_its_reason(gw):
     rollout = gw.new_rollout()
     rid = rollout["rollout_id"]
     with gw.admin() as client:
-        assert client.post(f"/rollouts/{rid}/abort", json={}).status_code == 422
+        assert client.post(f"/rollouts/{rid}/abort", json={}).status_code == 400
         assert client.post(f"/rollouts/{rid}/abort", json={"reason": "agent exited 3"}).is_success
         assert client.post(f"/rollouts/{rid}/finish", json={}).status_code == 409
     (aborted,) = payloads(gw, rid, RolloutAborted)
@@ -201,13 +201,13 @@ def test_bad_input_gets_clear_errors_and_writes_nothing(gw):
         missing = client.post(
             f"/rollouts/{rid}/v1/chat/completions", json={"model": "m"}, headers=own
         )
-        assert missing.status_code == 422 and missing.json()["error"]["param"] == "messages"
+        assert missing.status_code == 400 and missing.json()["error"]["param"] == "messages"
         bad_type = client.post(
             f"/rollouts/{rid}/v1/chat/completions",
             json={"model": "m", "messages": CHAT, "n": "many"},
             headers=own,
         )
-        assert bad_type.status_code == 422
+        assert bad_type.status_code == 400
         unknown = client.post(
             "/rollouts/nope/v1/chat/completions",
             json={"model": "m", "messages": CHAT},

@@ -46,7 +46,7 @@ def test_engine_serves_each_published_policy_and_its_logprobs_are_exact(kafka, t
         producer.send(gw.policy.name, codec.encode(update), key=b"policy").get(timeout=30)
         producer.close()
         deadline = time.monotonic() + 60
-        while httpx.get(f"{gw.url}/healthz").json()["policy_version"] != 1:
+        while httpx.get(f"{gw.url}/health").json()["policy_version"] != 1:
             assert time.monotonic() < deadline, "the engine never picked up policy v1"
             time.sleep(0.1)
         rollout = gw.new_rollout()

@@ -113,7 +113,7 @@ def test_replay_is_deterministic_feeds_the_trainer_and_the_engine_serves_the_res
         trained = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
         assert trained.returncode == 0, trained.stderr[-3000:]
         deadline = time.monotonic() + 60
-        while httpx.get(f"{gw.url}/healthz").json()["policy_version"] != 1:
+        while httpx.get(f"{gw.url}/health").json()["policy_version"] != 1:
             assert time.monotonic() < deadline, "the gateway never served the trained policy"
             time.sleep(0.2)
         rollout = gw.new_rollout()

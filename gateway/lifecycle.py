@@ -1,0 +1,86 @@
+"""The rollout lifecycle endpoints: start, process signals, finish, abort.
+
+Every number is finite and bounded: one NaN reward turns a group's baseline, then the loss,
+then the weights into NaN.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Depends
+from pydantic import BaseModel, Field
+
+from gateway.auth import Auth
+from gateway.config import GatewaySettings
+from gateway.rollouts import Rollout
+from gateway.service import RolloutService
+from schemas.records import ProcessSignal, RolloutAborted, RolloutFinished
+
+MAX_ABS_REWARD = 1e6
+Reward = Annotated[float, Field(allow_inf_nan=False, ge=-MAX_ABS_REWARD, le=MAX_ABS_REWARD)]
+Text = Annotated[str, Field(min_length=1, max_length=256)]
+
+
+class RolloutCreate(BaseModel):
+    task_id: Text
+    group_id: Text | None = None
+    group_size: int = Field(default=1, ge=1, le=1024)
+    metadata: dict[Text, Annotated[str, Field(max_length=4096)]] = Field(
+        default_factory=dict, max_length=64
+    )
+
+
+class SignalIn(BaseModel):
+    step: int = Field(ge=0, le=1_000_000)
+    name: Text
+    value: Reward
+
+
+SignalsIn = SignalIn | Annotated[list[SignalIn], Field(min_length=1, max_length=256)]
+
+
+class FinishIn(BaseModel):
+    status: Text = "success"
+    outcome_reward: Reward | None = None
+
+
+class AbortIn(BaseModel):
+    reason: Annotated[str, Field(min_length=1, max_length=4096)]
+
+
+def lifecycle_router(settings: GatewaySettings, service: RolloutService, auth: Auth) -> APIRouter:
+    router = APIRouter(prefix="/rollouts")
+    open_rollout = Depends(auth.open_rollout)
+
+    @router.post("", dependencies=[Depends(auth.admin)])
+    async def create_rollout(body: RolloutCreate) -> dict[str, Any]:
+        rollout, api_key = await service.start(
+            body.task_id, body.group_id, body.group_size, body.metadata
+        )
+        return {
+            "rollout_id": rollout.rollout_id,
+            "group_id": rollout.group_id,
+            "api_key": api_key,
+            "base_url": f"{settings.public_url}/rollouts/{rollout.rollout_id}/v1",
+        }
+
+    @router.post("/{rollout_id}/signals")
+    async def signals(body: SignalsIn, rollout: Rollout = open_rollout) -> dict[str, Any]:
+        items = body if isinstance(body, list) else [body]
+        await service.signal(rollout, [ProcessSignal(s.step, s.name, s.value) for s in items])
+        return {"accepted": len(items)}
+
+    @router.post("/{rollout_id}/finish")
+    async def finish(body: FinishIn, rollout: Rollout = open_rollout) -> dict[str, Any]:
+        event = RolloutFinished(status=body.status, outcome_reward=body.outcome_reward)
+        await service.close(rollout, event, "finished")
+        return {"rollout_id": rollout.rollout_id, "status": "finished"}
+
+    @router.post("/{rollout_id}/abort")
+    async def abort(body: AbortIn, rollout: Rollout = open_rollout) -> dict[str, Any]:
+        """The agent failed (crashed, gave no answer): the group scores it as aborted."""
+        await service.close(rollout, RolloutAborted(reason=body.reason), "aborted")
+        return {"rollout_id": rollout.rollout_id, "status": "aborted"}
+
+    return router

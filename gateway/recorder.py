@@ -1,0 +1,170 @@
+"""What the log records of a model call: the ModelRequest/ModelResponse events (pure).
+
+A call whose prompt tokens extend an earlier call's prompt+completion stores only the new
+tokens with a reference to that parent. When the chat messages extend the parent call's
+messages plus its answer but the tokens do not, the chat template or tokenizer did not
+round-trip (retokenization drift): the call is marked, never silently re-based.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+import numpy as np
+
+from gateway.engine import Generation, SamplingParams
+from gateway.responses import assistant_message
+from schemas.records import Envelope, Event, IntArray, ModelRequest, ModelResponse
+from schemas.tokens import common_prefix
+
+RECENT_CALLS = 8
+"""Calls per rollout kept as parent candidates: agents extend their latest turns."""
+
+
+@dataclass(frozen=True)
+class CallRecord:
+    call_id: str
+    choice_index: int
+    sequence: IntArray
+    """Prompt + completion tokens of this choice."""
+    conversation: tuple[Any, ...] | None
+    """Normalised chat messages of the request plus this choice's answer (chat calls only)."""
+
+
+@dataclass(frozen=True)
+class PromptDelta:
+    parent_call_id: str | None
+    parent_choice_index: int
+    shared_prefix_len: int
+    new_tokens: IntArray
+    drift: bool
+
+
+@dataclass(frozen=True)
+class CallInput:
+    """One validated model call, as the agent asked for it."""
+
+    endpoint: str
+    model: str
+    prompt: IntArray
+    params: SamplingParams
+    temperature: float | None
+    """As sent (None: the engine's default), recorded beside the value used."""
+    top_p: float | None
+    conversation: tuple[Any, ...] | None
+    """Normalised chat messages (chat calls), for drift detection."""
+
+
+@dataclass(frozen=True)
+class RecordedCall:
+    call_id: str
+    events: list[Event]
+    """The ModelRequest, then one ModelResponse per choice."""
+    delta: PromptDelta
+    parents: list[CallRecord]
+    """The new parent candidates, one per choice."""
+
+
+def normalise_message(message: dict[str, Any]) -> tuple[Any, ...]:
+    """What of a chat message the model sees: role, text, tool calls (ids dropped)."""
+    content = message.get("content")
+    if isinstance(content, list):
+        content = "".join(p.get("text", "") for p in content if isinstance(p, dict))
+    calls = tuple(
+        (c.get("function", {}).get("name"), c.get("function", {}).get("arguments"))
+        for c in message.get("tool_calls") or ()
+    )
+    return (message.get("role"), content or "", calls)
+
+
+def encode_prompt_delta(
+    prompt: IntArray, recent: Iterable[CallRecord], conversation: tuple[Any, ...] | None
+) -> PromptDelta:
+    """Pick the parent sharing the longest prefix (latest on ties) and detect drift."""
+    best: CallRecord | None = None
+    best_len = 0
+    drift = False
+    for record in recent:
+        shared = common_prefix(record.sequence, prompt)
+        if shared >= best_len and shared > 0:
+            best, best_len = record, shared
+        extends_messages = (
+            conversation is not None
+            and record.conversation is not None
+            and conversation[: len(record.conversation)] == record.conversation
+        )
+        if extends_messages and shared < record.sequence.shape[0]:
+            drift = True
+    if best is None:
+        return PromptDelta(None, 0, 0, prompt, drift)
+    return PromptDelta(best.call_id, best.choice_index, best_len, prompt[best_len:], drift)
+
+
+def record_call(
+    call: CallInput,
+    generations: Sequence[Generation],
+    recent: Iterable[CallRecord],
+    latency_ms: float,
+) -> RecordedCall:
+    """The events of one answered call and the parent candidates it leaves behind."""
+    delta = encode_prompt_delta(call.prompt, recent, call.conversation)
+    call_id = uuid.uuid4().hex
+    request = ModelRequest(
+        call_id=call_id,
+        endpoint=call.endpoint,
+        model=call.model,
+        prompt_token_ids=delta.new_tokens,
+        prompt_len=int(call.prompt.shape[0]),
+        parent_call_id=delta.parent_call_id,
+        parent_choice_index=delta.parent_choice_index,
+        shared_prefix_len=delta.shared_prefix_len,
+        retokenization_drift=delta.drift,
+        temperature=call.temperature,
+        top_p=call.top_p,
+        max_tokens=call.params.max_tokens,
+        n=call.params.n,
+        seed=call.params.seed,
+    )
+    events: list[Event] = [request]
+    parents = []
+    for i, g in enumerate(generations):
+        events.append(
+            ModelResponse(
+                call_id=call_id,
+                completion_token_ids=g.token_ids,
+                logprobs=g.logprobs,
+                policy_version=g.policy_version,
+                finish_reason=g.finish_reason,
+                choice_index=i,
+                completion_text=g.text,
+                latency_ms=latency_ms,
+            )
+        )
+        answer = None
+        if call.conversation is not None:
+            message, _ = assistant_message(g, tools_enabled=True)
+            answer = (*call.conversation, normalise_message(message))
+        sequence = np.concatenate([call.prompt, g.token_ids])
+        parents.append(CallRecord(call_id, i, sequence, answer))
+    return RecordedCall(call_id, events, delta, parents)
+
+
+def envelopes(
+    rollout_id: str, payloads: Sequence[Event], now: datetime | None = None
+) -> list[Envelope]:
+    """Payloads wrapped for forge.events, each with a fresh event id."""
+    ts = now or datetime.now(UTC)
+    return [
+        Envelope(
+            event_id=str(uuid.uuid4()),
+            rollout_id=rollout_id,
+            ts=ts,
+            producer="gateway",
+            payload=payload,
+        )
+        for payload in payloads
+    ]

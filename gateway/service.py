@@ -1,0 +1,182 @@
+"""The rollout service: lifecycle and model calls, each stored durably before it is answered.
+
+Two rules keep the log honest when Kafka fails mid-request:
+- A request answered 503 is in no trajectory. Its events may still reach the log later (the
+  producer retries), so their ids are voided by an EventsVoided written before the rollout's
+  next event; the assembler leaves voided events out. (A rollout's end is the exception: the
+  first end that reaches the log stands, whichever answer its caller got.)
+- A rollout whose start failed leaves nothing that blocks the FIFO head: once its queue index
+  is known (at once, or when a timed-out enqueue lands after all) its RolloutStarted and a
+  RolloutAborted("start_failed") are written, so it is an aborted member of its group. (A
+  RolloutStarted answered 503 that lands late anyway says the same: same group, same index.)
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from gateway.config import GatewaySettings
+from gateway.engine import Engine, Generation
+from gateway.errors import EventLogUnavailableError, InvalidRequestError
+from gateway.event_log import EventSink
+from gateway.limits import GenerationLimiter
+from gateway.metrics import GatewayMetrics
+from gateway.recorder import CallInput, envelopes, record_call
+from gateway.rollouts import Rollout, RolloutRegistry
+from schemas.records import (
+    Event,
+    EventsVoided,
+    PolicyUpdated,
+    ProcessSignal,
+    QueueEntry,
+    RolloutAborted,
+    RolloutStarted,
+)
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class _FailedStart:
+    rollout_id: str
+    started: RolloutStarted
+    """Its queue_index is -1 until the queue entry's offset is known."""
+    pending: asyncio.Future[Any] | None
+
+
+class RolloutService:
+    def __init__(
+        self,
+        settings: GatewaySettings,
+        engine: Engine,
+        events: EventSink,
+        metrics: GatewayMetrics,
+    ) -> None:
+        self.settings = settings
+        self.engine = engine
+        self.events = events
+        self.metrics = metrics
+        self.rollouts = RolloutRegistry(settings.rollout_timeout_s)
+        self.limiter = GenerationLimiter(
+            settings.max_concurrent_generations, settings.max_queued_generations
+        )
+        self._failed_starts: list[_FailedStart] = []
+
+    # --- lifecycle ----------------------------------------------------------------------------
+
+    async def start(
+        self, task_id: str, group_id: str | None, group_size: int, metadata: dict[str, str]
+    ) -> tuple[Rollout, str]:
+        """A new rollout and its API key, its RolloutStarted stored."""
+        rollout, api_key = self.rollouts.create(task_id, group_id, group_size)
+        entry = QueueEntry(rollout.rollout_id, rollout.group_id, group_size, datetime.now(UTC))
+        started = RolloutStarted(
+            task_id=task_id,
+            group_id=rollout.group_id,
+            group_size=group_size,
+            policy_version=self.engine.policy_version,
+            metadata=metadata,
+        )
+        try:
+            started.queue_index = await self.events.enqueue(entry)
+            await self._append(rollout, [started])
+        except EventLogUnavailableError as exc:
+            self.rollouts.forget(rollout.rollout_id)
+            if started.queue_index >= 0 or exc.pending is not None:
+                self._failed_starts.append(_FailedStart(rollout.rollout_id, started, exc.pending))
+            raise
+        return rollout, api_key
+
+    async def signal(self, rollout: Rollout, signals: Sequence[ProcessSignal]) -> None:
+        limit = self.settings.max_signals_per_rollout
+        if rollout.signals + len(signals) > limit:
+            raise InvalidRequestError(f"at most {limit} process signals per rollout", param="step")
+        await self._append(rollout, signals)
+        rollout.signals += len(signals)
+
+    async def close(self, rollout: Rollout, event: Event, status: str) -> None:
+        await self._append(rollout, [event])
+        rollout.status = status
+        rollout.recent.clear()
+        self.metrics.rollouts.labels(status).inc()
+
+    async def abort_expired(self) -> None:
+        for rollout in self.rollouts.expired(time.monotonic()):
+            try:
+                await self.close(rollout, RolloutAborted(reason="timeout"), "aborted")
+            except EventLogUnavailableError:
+                log.warning("could not abort %s yet", rollout.rollout_id)
+
+    async def resolve_failed_starts(self) -> None:
+        """Close every failed start whose queue index is known (see the module docstring)."""
+        still = []
+        for failed in self._failed_starts:
+            pending = failed.pending
+            if failed.started.queue_index < 0 and pending is not None and pending.done():
+                if pending.cancelled() or pending.exception() is not None:
+                    continue  # never stored: nothing in the queue to resolve
+                failed.started.queue_index = int(pending.result().offset)
+            if failed.started.queue_index < 0:
+                still.append(failed)
+                continue
+            closing: list[Event] = [failed.started, RolloutAborted(reason="start_failed")]
+            try:
+                await self.events.append(envelopes(failed.rollout_id, closing))
+            except EventLogUnavailableError:
+                still.append(failed)
+        self._failed_starts = still
+
+    # --- model calls --------------------------------------------------------------------------
+
+    def check_prompt(self, prompt_len: int, max_tokens: int) -> None:
+        if prompt_len == 0:
+            raise InvalidRequestError("the prompt is empty", param="prompt")
+        limit = self.settings.max_context_tokens
+        if prompt_len + max_tokens > limit:
+            raise InvalidRequestError(
+                f"prompt ({prompt_len} tokens) + max_tokens ({max_tokens}) exceeds the context "
+                f"of {limit} tokens",
+                param="max_tokens",
+            )
+
+    async def call(self, rollout: Rollout, call: CallInput) -> tuple[str, list[Generation]]:
+        """Generate, store the call's events durably, remember it as a parent candidate."""
+        started = time.perf_counter()
+        generations = await self.engine.generate(call.prompt.tolist(), call.params)
+        latency_ms = (time.perf_counter() - started) * 1000
+        recorded = record_call(call, generations, rollout.recent, latency_ms)
+        produce_started = time.perf_counter()
+        await self._append(rollout, recorded.events)
+        self.metrics.produce_latency.observe(time.perf_counter() - produce_started)
+        self.metrics.tokens.labels("prompt").inc(int(call.prompt.shape[0]))
+        self.metrics.tokens.labels("prompt_new").inc(int(recorded.delta.new_tokens.shape[0]))
+        self.metrics.tokens.labels("completion").inc(
+            sum(int(g.token_ids.shape[0]) for g in generations)
+        )
+        if recorded.delta.drift:
+            self.metrics.drift.inc()
+        rollout.recent.extend(recorded.parents)
+        return recorded.call_id, generations
+
+    async def on_policy(self, update: PolicyUpdated) -> None:
+        await self.engine.load_policy(update.version, update.checkpoint_uri)
+        self.metrics.policy_version.set(self.engine.policy_version)
+
+    async def _append(self, rollout: Rollout, payloads: Sequence[Event]) -> None:
+        """Store ``payloads``, preceded by the void of anything answered 503 before."""
+        voids: list[Event] = []
+        if rollout.voided:
+            voids = [EventsVoided(list(rollout.voided), reason="answered 503")]
+        batch = envelopes(rollout.rollout_id, [*voids, *payloads])
+        try:
+            await self.events.append(batch)
+        except EventLogUnavailableError:
+            rollout.voided.extend(e.event_id for e in batch[len(voids) :])
+            raise
+        rollout.voided.clear()
