@@ -18,9 +18,12 @@ CHATML_TEMPLATE = (
     "{\"name\": \"{{ c['function']['name'] }}\", \"arguments\": {{ c['function']['arguments'] }}}"
     "\n</tool_call>{% endfor %}"
     "<|im_end|>\n{% endfor %}"
-    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant\n"
+    "{% if enable_thinking is defined and enable_thinking is false %}<think>\n\n</think>\n\n"
+    "{% endif %}{% endif %}"
 )
-"""ChatML with Qwen-style tool calls: ``<tool_call>\n{"name": …, "arguments": …}\n</tool_call>``."""
+"""ChatML with Qwen-style tool calls: ``<tool_call>\n{"name": …, "arguments": …}\n</tool_call>``;
+``enable_thinking=False`` opens the answer with an empty think block, as Qwen3's does."""
 QWEN2_SPLIT = (
     r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*"
     r"|\s*[\r\n]+|\s+(?!\S)|\s+"

@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from gateway.errors import EventLogUnavailableError
+from gateway.event_log import UNAVAILABLE
 from schemas import codec
 from schemas.records import Envelope, QueueEntry
 
@@ -27,7 +28,7 @@ class MemoryEventLog:
 
     async def enqueue(self, entry: QueueEntry) -> int:
         if self.outage:
-            raise EventLogUnavailableError("event log down")
+            raise EventLogUnavailableError(UNAVAILABLE)
         self.queue.append(codec.encode(entry))
         return len(self.queue) - 1
 
@@ -36,7 +37,7 @@ class MemoryEventLog:
         if self.outage:
             if self.lands_late:
                 self._late.extend(encoded)
-            raise EventLogUnavailableError("event log down")
+            raise EventLogUnavailableError(UNAVAILABLE)
         self.events.extend(encoded)
 
     def recover(self) -> None:
