@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import signal
 import time
 from datetime import UTC, datetime
 
@@ -15,7 +17,8 @@ from infra.kafka_clients import sync_producer
 from infra.local_broker import LocalBroker
 from infra.tiny_model import save_tiny_policy
 from schemas import codec
-from schemas.records import ModelRequest, ModelResponse, PolicyUpdated
+from schemas.records import EventsVoided, ModelRequest, ModelResponse, PolicyUpdated
+from streams.assembler import RolloutAssembly
 from tests.gateway_harness import running_gateway
 from trainer.sequences import CallSequence
 from trainer.tree_forward import naive_logprobs
@@ -92,3 +95,53 @@ def _cache_dir():
     from infra.config import InfraSettings
 
     return InfraSettings().cache_dir
+
+
+@pytest.mark.slow
+def test_a_call_answered_503_while_the_broker_is_paused_is_in_no_trajectory(tmp_path):
+    """SIGSTOP the broker during a call: the agent gets 503; after SIGCONT the producer's
+    retries may still land the call's events, but the void written before the rollout's next
+    event keeps them out of its trajectory."""
+    broker = LocalBroker(
+        tmp_path / "kafka", version="4.4.0", cache_dir=_cache_dir(), port=0, controller_port=0
+    )
+    state = broker.up()
+    try:
+        base = save_tiny_policy(tmp_path / "base")
+        with running_gateway(state.bootstrap, base, produce_timeout_s=2.0) as gw:
+            rollout = gw.new_rollout()
+            rid = rollout["rollout_id"]
+            agent = openai.OpenAI(
+                base_url=rollout["base_url"], api_key=rollout["api_key"], max_retries=0
+            )
+            kept = agent.chat.completions.create(model="m", messages=CHAT, max_tokens=2)
+            os.kill(state.pid, signal.SIGSTOP)
+            try:
+                with pytest.raises(openai.APIStatusError) as failure:
+                    agent.chat.completions.create(model="m", messages=CHAT, max_tokens=2)
+            finally:
+                os.kill(state.pid, signal.SIGCONT)
+            assert failure.value.status_code == 503
+            assert "retry" in failure.value.body["message"]
+            deadline = time.monotonic() + 60
+            while True:  # the log is back once a lifecycle write is acknowledged
+                with gw.admin() as client:
+                    finished = client.post(f"/rollouts/{rid}/finish", json={"outcome_reward": 1})
+                if finished.status_code == 200:
+                    break
+                assert finished.status_code == 503 and time.monotonic() < deadline
+                time.sleep(0.5)
+            envelopes = gw.events_of(rid)
+    finally:
+        broker.down(purge=True)
+    voided = {
+        i for e in envelopes if isinstance(e.payload, EventsVoided) for i in e.payload.event_ids
+    }
+    requests = [e for e in envelopes if isinstance(e.payload, ModelRequest)]
+    assert len(voided) >= 2  # the 503'd call's request and response
+    assembly = RolloutAssembly(rid)
+    for envelope in envelopes:
+        assembly.add(envelope)
+    calls = assembly.assemble().calls
+    assert [c.call_id for c in calls] == [kept.id.removeprefix("chatcmpl-")]
+    assert len(requests) == 2  # the paused broker read the 503'd call's produce after SIGCONT
