@@ -1,22 +1,43 @@
-"""Trainer settings (env prefix FORGE_TRAINER_, config-file section `trainer`)."""
+"""Trainer settings (env prefix FORGE_TRAINER_, config-file section `trainer`).
+
+Where a run writes follows from its input ``topic`` (rule in ``trainer/outputs.py``):
+
+- the live input, forge.train, publishes to forge.policy and forge.metrics and keeps its
+  weights and checkpoints in ``$FORGE_HOME/policies`` and ``$FORGE_HOME/trainer/checkpoints``
+  — what the gateway and ``forge-rl run`` follow;
+- any other input T (a replay, an offline experiment) publishes to ``T.policy`` and
+  ``T.metrics`` (created on start, configured like forge.policy and forge.metrics) and keeps
+  its files in ``$FORGE_HOME/offline/T/{policies,checkpoints}``. Nothing live sees its weights,
+  and it never resumes from the live run's checkpoint.
+
+``policy_topic``, ``metrics_topic``, ``policy_dir`` and ``checkpoint_dir`` override the derived
+names; an offline run refuses any live topic (forge.*) and the live run's directories.
+"""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
-from pydantic import Field, model_validator
+from pydantic import Field, ValidationInfo, field_validator, model_validator
 from pydantic_settings import SettingsConfigDict
 
 from infra.settings import ForgeSettings
-from schemas.topics import METRICS, POLICY, TRAIN
+from schemas.topics import TRAIN
+
+KAFKA_TOPIC = re.compile(r"^[A-Za-z0-9._-]{1,249}$")
 
 
 class TrainerSettings(ForgeSettings):
     model_config = SettingsConfigDict(env_prefix="FORGE_TRAINER_", extra="forbid")
 
     topic: str = Field(default=TRAIN.name, description="Ordered samples: forge.train or a replay.")
-    metrics_topic: str = METRICS.name
-    policy_topic: str = POLICY.name
+    metrics_topic: str | None = Field(
+        default=None, description="TrainStep records; default forge.metrics, or <topic>.metrics."
+    )
+    policy_topic: str | None = Field(
+        default=None, description="PolicyUpdated records; default forge.policy, or <topic>.policy."
+    )
     base_model: Path | None = Field(
         default=None, description="HF model dir of the initial policy; None builds the tiny one."
     )
@@ -35,7 +56,17 @@ class TrainerSettings(ForgeSettings):
     grad_clip: float = Field(default=1.0, gt=0)
     eps_high: float = Field(default=2.0, gt=0, description="CISPO upper clip of the IS weight.")
     zero_stage: int = Field(default=0, ge=0, le=3)
-    max_row_tokens: int = Field(default=4096, ge=16, description="Unique tokens per packed row.")
+    max_sequence_tokens: int = Field(
+        default=4096,
+        ge=16,
+        description="Longest call (prompt + completion) the samples may hold: set it to the "
+        "gateway's max_context_tokens. max_row_tokens must be at least this.",
+    )
+    max_row_tokens: int = Field(
+        default=4096,
+        ge=16,
+        description="Unique tokens per packed row; a longer call is dead-lettered, not trained.",
+    )
     use_flex: bool = Field(default=False, description="flex_attention tree mask (CUDA only).")
     device: str = Field(default="cpu", pattern=r"^(cpu|cuda(:\d+)?)$")
     seed: int = 0
@@ -43,6 +74,24 @@ class TrainerSettings(ForgeSettings):
     idle_exit_s: float | None = Field(
         default=None, gt=0, description="Exit when no sample arrives for this long (offline runs)."
     )
+
+    @field_validator("topic", "metrics_topic", "policy_topic")
+    @classmethod
+    def _kafka_topic_name(cls, name: str | None) -> str | None:
+        if name is not None and (not KAFKA_TOPIC.match(name) or name in (".", "..")):
+            raise ValueError("not a Kafka topic name (1-249 of [A-Za-z0-9._-], not . or ..)")
+        return name
+
+    @field_validator("max_row_tokens")
+    @classmethod
+    def _row_holds_longest_sequence(cls, row: int, info: ValidationInfo) -> int:
+        longest = info.data.get("max_sequence_tokens")
+        if longest is not None and row < longest:
+            raise ValueError(
+                f"max_row_tokens={row} cannot hold the longest sequence the gateway may produce "
+                f"(max_sequence_tokens={longest}, its max_context_tokens): raise max_row_tokens"
+            )
+        return row
 
     @model_validator(mode="after")
     def _flex_needs_cuda(self) -> TrainerSettings:

@@ -5,9 +5,14 @@ from __future__ import annotations
 import logging
 import os
 import socket
-from typing import Any
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 
+from schemas.records import TrainSample
 from trainer.config import TrainerSettings
+
+if TYPE_CHECKING:
+    from trainer.batch_loss import BatchStats
 
 
 def single_process_env(device: str) -> None:
@@ -38,6 +43,8 @@ def deepspeed_engine(model: Any, settings: TrainerSettings) -> Any:
     import deepspeed
     import torch
 
+    from trainer.finite_step import FiniteStepAdamW
+
     logging.getLogger("DeepSpeed").setLevel(logging.WARNING)
     if settings.device == "cpu" and os.environ.get("WORLD_SIZE") == "1":
         skip_cpu_shared_memory_op()
@@ -49,9 +56,9 @@ def deepspeed_engine(model: Any, settings: TrainerSettings) -> Any:
         "steps_per_print": 2**31 - 1,
         "wall_clock_breakdown": False,
     }
-    optimizer = torch.optim.AdamW(
-        model.parameters(), lr=settings.lr, weight_decay=settings.weight_decay
-    )
+    # ZeRO 1-3 skip a non-finite gradient themselves; ZeRO 0 needs the optimizer to refuse it.
+    adamw = FiniteStepAdamW if settings.zero_stage == 0 else torch.optim.AdamW
+    optimizer = adamw(model.parameters(), lr=settings.lr, weight_decay=settings.weight_decay)
     engine, *_ = deepspeed.initialize(model=model, optimizer=optimizer, config=config)
     return engine
 
@@ -66,3 +73,34 @@ def gathered_state_dict(engine: Any, zero_stage: int) -> dict[str, Any]:
     params = list(module.parameters())
     with deepspeed.zero.GatheredParameters(params, modifier_rank=None):
         return {k: v.detach().cpu().clone() for k, v in module.state_dict().items()}
+
+
+def train_batch(
+    engine: Any, samples: Sequence[TrainSample], settings: TrainerSettings
+) -> tuple[BatchStats, bool]:
+    """Gradients of the whole batch, then one optimizer step; whether the step was applied.
+
+    A non-finite gradient norm (which a non-finite loss always brings) is refused by every
+    ZeRO stage, leaving weights and optimizer state untouched and the gradients cleared.
+    """
+    import torch
+
+    from trainer.batch_loss import accumulate_batch_gradients
+
+    engine.train()
+
+    def backward(loss: torch.Tensor, last: bool) -> None:
+        engine.set_gradient_accumulation_boundary(last)
+        engine.backward(loss, scale_wrt_gas=False)
+
+    stats = accumulate_batch_gradients(
+        engine,
+        samples,
+        backward,
+        eps_high=settings.eps_high,
+        max_row_tokens=settings.max_row_tokens,
+        use_flex=settings.use_flex,
+    )
+    engine.set_gradient_accumulation_boundary(True)
+    engine.step()
+    return stats, bool(engine.was_step_applied())

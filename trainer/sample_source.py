@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import UTC, datetime
 
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
+from kafka.consumer.fetcher import ConsumerRecord
 
 from infra.kafka_clients import decode_message, sync_consumer
 from schemas import codec
@@ -15,22 +18,37 @@ from schemas.topics import DLQ, TopicSpec
 
 log = logging.getLogger(__name__)
 
+CONSUMER = "forge-trainer"
+
+SampleCheck = Callable[[TrainSample], str | None]
+"""Why a decoded sample cannot be trained, or None (``trainer.sample_check.check_sample``)."""
+
 
 @dataclass(frozen=True)
 class Batch:
     samples: list[TrainSample]
     next_offset: int
     """Offset of the first record after this batch: where a restart resumes."""
+    dead_lettered: int = 0
+    """Records between the previous batch and ``next_offset`` sent to forge.dlq instead."""
 
 
 class SampleSource:
-    """Reads one single-partition topic in order; undecodable records go to forge.dlq."""
+    """Reads one single-partition topic in order; records that do not decode, or decode to a
+    sample ``check`` rejects, go to forge.dlq with the reason and are skipped."""
 
     def __init__(
-        self, bootstrap: str, spec: TopicSpec, dlq: KafkaProducer, *, start_offset: int
+        self,
+        bootstrap: str,
+        spec: TopicSpec,
+        dlq: KafkaProducer,
+        *,
+        start_offset: int,
+        check: SampleCheck | None = None,
     ) -> None:
         self.spec = spec
         self.dlq = dlq
+        self.check = check
         self.tp = TopicPartition(spec.name, 0)
         self.consumer: KafkaConsumer = sync_consumer(bootstrap, enable_auto_commit=False)
         self.consumer.assign([self.tp])
@@ -40,6 +58,7 @@ class SampleSource:
     def next_batch(self, size: int, poll_timeout_s: float, idle_exit_s: float | None) -> Batch:
         """Block until ``size`` samples arrived, or with ``idle_exit_s`` until the topic idles."""
         samples: list[TrainSample] = []
+        dead = 0
         idle_since = time.monotonic()
         while len(samples) < size:
             records = self.consumer.poll(
@@ -51,24 +70,43 @@ class SampleSource:
                 continue
             idle_since = time.monotonic()
             for msg in records:
-                result = decode_message(
-                    self.spec,
-                    partition=msg.partition,
-                    offset=msg.offset,
-                    key=msg.key,
-                    value=msg.value,
-                    consumer="forge-trainer",
-                )
+                result = self._sample_or_dead_letter(msg)
                 if isinstance(result, DeadLetter):
                     log.warning(
                         "dead-lettered %s@%d: %s", self.spec.name, msg.offset, result.reason
                     )
                     self.dlq.send(DLQ.name, codec.encode(result), key=msg.key).get(timeout=30)
+                    dead += 1
                 else:
-                    assert isinstance(result.record, TrainSample)
-                    samples.append(result.record)
+                    samples.append(result)
                 self.position = msg.offset + 1
-        return Batch(samples, self.position)
+        return Batch(samples, self.position, dead)
+
+    def _sample_or_dead_letter(self, msg: ConsumerRecord) -> TrainSample | DeadLetter:
+        result = decode_message(
+            self.spec,
+            partition=msg.partition,
+            offset=msg.offset,
+            key=msg.key,
+            value=msg.value,
+            consumer=CONSUMER,
+        )
+        if isinstance(result, DeadLetter):
+            return result
+        assert isinstance(result.record, TrainSample)
+        reason = None if self.check is None else self.check(result.record)
+        if reason is None:
+            return result.record
+        return DeadLetter(
+            source_topic=self.spec.name,
+            partition=msg.partition,
+            offset=msg.offset,
+            reason=reason,
+            consumer=CONSUMER,
+            ts=datetime.now(UTC),
+            key=msg.key,
+            value=msg.value,
+        )
 
     def close(self) -> None:
         self.consumer.close()

@@ -4,14 +4,19 @@ Step order makes a kill at any point safe: train → export weights → save a c
 the consumer offset and this step's records → publish them. A restart loads the checkpoint,
 re-publishes its records (consumers are idempotent on step and version) and resumes at the
 stored offset, so no sample is skipped or trained twice.
+
+A sample that cannot be trained goes to forge.dlq while the batch is read (``sample_check``);
+a step whose gradient is non-finite leaves weights and optimizer state untouched (``finite_step``)
+and is published as a TrainStep with ``skipped_nonfinite`` and no new policy version. Where a
+run publishes and writes follows from its input topic (``outputs``): only forge.train is live.
 """
 
 from __future__ import annotations
 
+import functools
 import logging
 import shutil
 import time
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -19,42 +24,29 @@ from typing import Any
 import torch
 from kafka import KafkaProducer
 
-from infra.kafka_clients import sync_producer
+from infra.kafka_clients import ensure_topics, sync_producer
 from schemas import codec
 from schemas.records import PolicyUpdated, TrainSample, TrainStep
 from schemas.topics import BY_NAME, METRICS, POLICY, derived_train_topic
-from trainer.batch_loss import BatchStats, accumulate_batch_gradients
+from trainer.batch_loss import BatchStats
 from trainer.config import TrainerSettings
-from trainer.distributed import deepspeed_engine, gathered_state_dict
+from trainer.distributed import deepspeed_engine, gathered_state_dict, train_batch
+from trainer.outputs import resolve_outputs
+from trainer.sample_check import check_sample
 from trainer.sample_source import SampleSource
 
 log = logging.getLogger(__name__)
 
 
-@dataclass(frozen=True)
-class Paths:
-    checkpoints: Path
-    policies: Path
-    base_model: Path
-
-
-def resolve_paths(settings: TrainerSettings, home: Path) -> Paths:
-    return Paths(
-        checkpoints=settings.checkpoint_dir or home / "trainer" / "checkpoints",
-        policies=settings.policy_dir or home / "policies",
-        base_model=settings.base_model or home / "policies" / "base",
-    )
-
-
-def load_base_model(paths: Paths, seed: int, use_flex: bool) -> Any:
+def load_base_model(directory: Path, seed: int, use_flex: bool) -> Any:
     from transformers import AutoModelForCausalLM
 
-    if not (paths.base_model / "config.json").exists():
+    if not (directory / "config.json").exists():
         from infra.tiny_model import save_tiny_policy
 
-        save_tiny_policy(paths.base_model, seed=seed)
+        save_tiny_policy(directory, seed=seed)
     attention = "flex_attention" if use_flex else "sdpa"
-    model = AutoModelForCausalLM.from_pretrained(paths.base_model, attn_implementation=attention)
+    model = AutoModelForCausalLM.from_pretrained(directory, attn_implementation=attention)
     return model.float()
 
 
@@ -70,22 +62,28 @@ def staleness(samples: list[TrainSample], version: int) -> tuple[float, int]:
 class Trainer:
     def __init__(self, settings: TrainerSettings, bootstrap: str, home: Path) -> None:
         self.settings = settings
-        self.paths = resolve_paths(settings, home)
+        self.outputs = resolve_outputs(settings, home)
         torch.manual_seed(settings.seed)
-        model = load_base_model(self.paths, settings.seed, settings.use_flex).to(settings.device)
-        self.engine = deepspeed_engine(model, settings)
+        model = load_base_model(self.outputs.base_model, settings.seed, settings.use_flex)
+        self.engine = deepspeed_engine(model.to(settings.device), settings)
+        ensure_topics(bootstrap, self.outputs.topics, timeout_s=30)
         self.producer: KafkaProducer = sync_producer(bootstrap)
         self.step = 0
         self.version = 0
         start_offset = self._resume()
         spec = BY_NAME.get(settings.topic) or derived_train_topic(settings.topic)
-        self.source = SampleSource(bootstrap, spec, self.producer, start_offset=start_offset)
+        check = functools.partial(
+            check_sample, max_tokens=settings.max_row_tokens, vocab_size=model.config.vocab_size
+        )
+        self.source = SampleSource(
+            bootstrap, spec, self.producer, start_offset=start_offset, check=check
+        )
 
     def _resume(self) -> int:
-        if not (self.paths.checkpoints / "latest").exists():
+        if not (self.outputs.checkpoints / "latest").exists():
             self._export_and_announce(None)
             return 0
-        _, client_state = self.engine.load_checkpoint(str(self.paths.checkpoints))
+        _, client_state = self.engine.load_checkpoint(str(self.outputs.checkpoints))
         self.step = int(client_state["step"])
         self.version = int(client_state["version"])
         self._publish(client_state["records"])
@@ -101,10 +99,10 @@ class Trainer:
             if not batch.samples:
                 break
             started = time.perf_counter()
-            stats = self._train(batch.samples)
+            stats, applied = self._train(batch.samples)
             lag_mean, lag_max = staleness(batch.samples, self.version)
             self.step += 1
-            self.version += 1
+            self.version += int(applied)
             record = TrainStep(
                 step=self.step,
                 policy_version=self.version,
@@ -119,6 +117,8 @@ class Trainer:
                 step_time_s=time.perf_counter() - started,
                 ts=datetime.now(UTC),
                 sample_ids=[x.sample_id for x in batch.samples],
+                skipped_nonfinite=not applied,
+                dead_lettered=batch.dead_lettered,
             )
             self._export_and_announce(record, batch.next_offset)
             taken += 1
@@ -126,33 +126,24 @@ class Trainer:
                 on_step(record)
         return taken
 
-    def _train(self, samples: list[TrainSample]) -> BatchStats:
-        engine = self.engine
-        engine.train()
-
-        def backward(loss: torch.Tensor, last: bool) -> None:
-            engine.set_gradient_accumulation_boundary(last)
-            engine.backward(loss, scale_wrt_gas=False)
-
-        stats = accumulate_batch_gradients(
-            engine,
-            samples,
-            backward,
-            eps_high=self.settings.eps_high,
-            max_row_tokens=self.settings.max_row_tokens,
-            use_flex=self.settings.use_flex,
-        )
-        engine.set_gradient_accumulation_boundary(True)
-        engine.step()
-        return stats
+    def _train(self, samples: list[TrainSample]) -> tuple[BatchStats, bool]:
+        stats, applied = train_batch(self.engine, samples, self.settings)
+        if not applied:
+            log.warning(
+                "step %d skipped: non-finite gradient (loss %s); weights untouched",
+                self.step + 1, stats.loss, extra={"policy_version": self.version},
+            )  # fmt: skip
+        return stats, applied
 
     def _export_and_announce(self, record: TrainStep | None, next_offset: int = 0) -> None:
-        policy = self._export_policy()
-        records = [(POLICY.name, codec.encode(policy))]
+        """A new policy version unless the step was skipped; with a step, its checkpoint."""
+        records = []
+        if record is None or not record.skipped_nonfinite:
+            records.append((POLICY.name, codec.encode(self._export_policy())))
         if record is not None:
             records.insert(0, (METRICS.name, codec.encode(record)))
             self.engine.save_checkpoint(
-                str(self.paths.checkpoints),
+                str(self.outputs.checkpoints),
                 tag=f"step{self.step:08d}",
                 client_state={
                     "step": self.step,
@@ -161,18 +152,18 @@ class Trainer:
                     "records": records,
                 },
             )
-            self._prune(self.paths.checkpoints, "step")
+            self._prune(self.outputs.checkpoints, "step")
         self._publish(records)
 
     def _export_policy(self) -> PolicyUpdated:
-        target = self.paths.policies / f"v{self.version:06d}"
+        target = self.outputs.policies / f"v{self.version:06d}"
         state = gathered_state_dict(self.engine, self.settings.zero_stage)
         tmp = target.with_suffix(".tmp")
         shutil.rmtree(tmp, ignore_errors=True)
         self.engine.module.save_pretrained(tmp, state_dict=state)
         shutil.rmtree(target, ignore_errors=True)
         tmp.rename(target)
-        self._prune(self.paths.policies, "v")
+        self._prune(self.outputs.policies, "v")
         return PolicyUpdated(
             version=self.version,
             step=self.step,
@@ -186,10 +177,7 @@ class Trainer:
             shutil.rmtree(old, ignore_errors=True)
 
     def _publish(self, records: list[tuple[str, bytes]]) -> None:
-        topics = {
-            METRICS.name: self.settings.metrics_topic,
-            POLICY.name: self.settings.policy_topic,
-        }
+        topics = {METRICS.name: self.outputs.metrics.name, POLICY.name: self.outputs.policy.name}
         futures = [
             self.producer.send(topics[name], value, key=b"policy" if name == POLICY.name else None)
             for name, value in records
