@@ -155,10 +155,11 @@ def gateway(ctx: click.Context, host: str | None, port: int | None, engine: str 
 @click.pass_context
 def streams(ctx: click.Context) -> None:
     """Run the Faust worker: assemble, score, sequence (windowed FIFO), sink."""
-    from streams.config import StreamsSettings
+    from streams.config import StreamsSettings, load_pipeline_config
 
     infra = infra_settings(ctx)
     settings = load_settings(StreamsSettings, ctx.find_root().obj, "streams")
+    load_pipeline_config(settings.pipeline_file)  # a bad file is reported before Kafka is asked
     bootstrap = require_bootstrap(infra)
     import faust
 
@@ -341,31 +342,10 @@ def replay(
 def analytics(ctx: click.Context, reports: tuple[str, ...], sql: str | None) -> None:
     """Ready reports (reward by policy version, completion times, staleness, throughput,
     training) or raw SQL over the analytics store."""
-    from infra.analytics import (
-        AnalyticsUnavailableError,
-        analytics_client,
-        ensure_tables,
-        query_owner,
-        query_rows,
-    )
-    from streams.config import StreamsSettings
     from streams.reports import REPORTS
 
     queries = [("query", sql)] if sql else [REPORTS[r] for r in (reports or REPORTS)]
-    try:
-        client = analytics_client(infra_settings(ctx))
-    except AnalyticsUnavailableError:
-        # The streams worker owns the embedded store while it runs: ask it.
-        streams = load_settings(StreamsSettings, ctx.find_root().obj, "streams")
-        owner = f"http://127.0.0.1:{streams.web_port}"
-        results = [(title, *query_owner(owner, query)) for title, query in queries]
-    else:
-        try:
-            ensure_tables(client)
-            results = [(title, *query_rows(client, query)) for title, query in queries]
-        finally:
-            client.close()
-    for title, columns, rows in results:
+    for title, columns, rows in run_queries(ctx, queries):
         table = Table(*columns, title=title)
         for row in rows:
             table.add_row(*(str(v) for v in row))
@@ -378,13 +358,7 @@ def analytics(ctx: click.Context, reports: tuple[str, ...], sql: str | None) -> 
 @click.pass_context
 def query(ctx: click.Context, sql: str, fmt: str) -> None:
     """Run raw SQL against the analytics store."""
-    from infra.analytics import analytics_client, query_rows
-
-    client = analytics_client(infra_settings(ctx))
-    try:
-        columns, rows = query_rows(client, sql)
-    finally:
-        client.close()
+    ((_, columns, rows),) = run_queries(ctx, [("query", sql)])
     if fmt == "tsv":
         click.echo("\t".join(columns))
         for row in rows:
@@ -394,6 +368,39 @@ def query(ctx: click.Context, sql: str, fmt: str) -> None:
     for row in rows:
         table.add_row(*(str(v) for v in row))
     console.print(table)
+
+
+def run_queries(
+    ctx: click.Context, queries: list[tuple[str, str]]
+) -> list[tuple[str, list[str], list[tuple[object, ...]]]]:
+    """(title, columns, rows) of each (title, sql): on the store itself, or through the streams
+    worker while it owns the embedded store, with the worker's key (FORGE_STREAMS_SQL_KEY, or
+    the one it wrote to FORGE_HOME)."""
+    from infra.analytics import (
+        AnalyticsUnavailableError,
+        analytics_client,
+        ensure_tables,
+        owner_key,
+        query_owner,
+        query_rows,
+    )
+    from streams.config import StreamsSettings
+
+    infra = infra_settings(ctx)
+    try:
+        client = analytics_client(infra)
+    except AnalyticsUnavailableError:
+        streams = load_settings(StreamsSettings, ctx.find_root().obj, "streams")
+        key = streams.sql_key.get_secret_value() if streams.sql_key else owner_key(infra.home)
+        timeout_s = streams.sql_timeout_s + 30  # the worker stops the query first
+        return [
+            (title, *query_owner(streams.local_url, sql, timeout_s, key)) for title, sql in queries
+        ]
+    try:
+        ensure_tables(client)
+        return [(title, *query_rows(client, sql)) for title, sql in queries]
+    finally:
+        client.close()
 
 
 if __name__ == "__main__":

@@ -145,9 +145,6 @@ class Runner:
             "PYTHONUNBUFFERED": "1",
             "HF_HUB_DISABLE_PROGRESS_BARS": "1",  # one bar per saved policy floods the logs
         }
-        pipeline_file = self._pipeline_file()
-        if pipeline_file is not None:
-            env["FORGE_STREAMS_PIPELINE_FILE"] = str(pipeline_file)
         supervisor = self.supervisor = Supervisor(self.logs, env)
         cli = [sys.executable, "-m", "forge_rl.cli"]
         if self.config_file is not None:
@@ -177,25 +174,6 @@ class Runner:
 
             disable_progress_bars()
             save_tiny_policy(base)
-
-    def _pipeline_file(self) -> Path | None:
-        """A relative pipeline_file is relative to the config file that names it."""
-        from infra.settings import read_config_section
-
-        named = os.environ.get("FORGE_STREAMS_PIPELINE_FILE") or read_config_section(
-            self.config_file, "streams"
-        ).get("pipeline_file")
-        if not named:
-            return None
-        path = Path(named)
-        if not path.is_absolute() and self.config_file is not None:
-            beside = self.config_file.parent / path
-            path = beside if beside.exists() else path
-        if not path.exists():
-            raise ConfigError(f"streams.pipeline_file {named}: no such file")
-        return path.resolve()
-
-    # --- run ---------------------------------------------------------------------------------
 
     def launcher(self) -> Launcher:
         if self.settings.agent_cmd:
@@ -273,7 +251,7 @@ class Runner:
 
     def report(self, summary: LearningSummary) -> dict[str, Any]:
         """Analytics from the worker's store once its sink has caught up, and where data is."""
-        from infra.analytics import AnalyticsUnavailableError, query_owner
+        from infra.analytics import AnalyticsUnavailableError, owner_key, query_owner
         from streams.reports import REPORTS
 
         assert self.fleet is not None
@@ -283,7 +261,11 @@ class Runner:
         with self.console.status("waiting for the sink to store every rollout…"):
             while time.monotonic() < deadline:
                 try:
-                    _, rows = query_owner(self.web_url, "SELECT count() FROM rollouts FINAL")
+                    _, rows = query_owner(
+                        self.web_url,
+                        "SELECT count() FROM rollouts FINAL",
+                        key=owner_key(self.infra.home),
+                    )
                     count = int(rows[0][0])
                 except AnalyticsUnavailableError:
                     pass
@@ -299,7 +281,7 @@ class Runner:
         }
         for name, (title, sql) in reports.items():
             try:
-                columns, rows = query_owner(self.web_url, sql)
+                columns, rows = query_owner(self.web_url, sql, key=owner_key(self.infra.home))
             except AnalyticsUnavailableError as exc:
                 self.console.print(f"[yellow]{title}: {exc}[/yellow]")
                 continue

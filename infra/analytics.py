@@ -1,18 +1,21 @@
 """The analytics store: ClickHouse through clickhouse-connect, embedded chDB or a server.
 
 Embedded chDB admits one process per data directory. The streams worker — the only writer —
-owns it in local mode; other processes (the CLI) query through the worker's web endpoint.
+owns it in local mode; other processes (the CLI) query through the worker's web endpoint,
+with the key the worker publishes in FORGE_HOME (see ``streams.sql_endpoint``).
 With FORGE_CLICKHOUSE_URL every process talks to the server directly.
 """
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import clickhouse_connect
 from clickhouse_connect.driver.client import Client
 
 from infra.config import InfraSettings
+from infra.settings import load_settings
 from schemas.errors import ForgeError
 
 TABLES: dict[str, str] = {
@@ -81,18 +84,22 @@ class AnalyticsUnavailableError(ForgeError):
     """The store cannot be opened (for chDB: another process owns the directory)."""
 
 
-def analytics_client(settings: InfraSettings) -> Client:
-    """A client for the configured store; embedded chDB unless FORGE_CLICKHOUSE_URL is set."""
+def analytics_client(settings: InfraSettings, session: dict[str, Any] | None = None) -> Client:
+    """A client for the configured store; embedded chDB unless FORGE_CLICKHOUSE_URL is set.
+
+    ``session``: ClickHouse settings of every query on this client (chDB applies them in order,
+    as SETs on a connection of its own).
+    """
     if settings.clickhouse_url:
         try:
-            return clickhouse_connect.get_client(dsn=settings.clickhouse_url)
+            return clickhouse_connect.get_client(dsn=settings.clickhouse_url, settings=session)
         except Exception as exc:  # the driver raises several unrelated types on connect
             raise AnalyticsUnavailableError(
                 f"ClickHouse at {settings.clickhouse_url} is unreachable: {exc}"
             ) from exc
     settings.chdb_path.mkdir(parents=True, exist_ok=True)
     try:
-        return clickhouse_connect.get_client(dsn=f"chdb://{settings.chdb_path}")
+        return clickhouse_connect.get_client(dsn=f"chdb://{settings.chdb_path}", settings=session)
     except Exception as exc:
         raise AnalyticsUnavailableError(
             f"embedded ClickHouse at {settings.chdb_path} is held by another process "
@@ -111,28 +118,49 @@ def query_rows(client: Client, sql: str) -> tuple[list[str], list[tuple[Any, ...
     return list(result.column_names), [tuple(r) for r in result.result_rows]
 
 
-READ_ONLY = ("select", "with", "show", "describe", "desc", "explain")
+def owner_key_file(home: Path) -> Path:
+    """Where the store's owner (the streams worker) writes its query key, mode 0600."""
+    return home / "streams" / "sql.key"
 
 
-def is_read_only(sql: str) -> bool:
-    """A single statement that reads (served to other processes by the store's owner)."""
-    statement = sql.strip().rstrip(";")
-    return bool(statement) and ";" not in statement and statement.split()[0].lower() in READ_ONLY
+def owner_key(home: Path) -> str:
+    """The query key the streams worker using ``home`` published."""
+    path = owner_key_file(home)
+    try:
+        return path.read_text().strip()
+    except OSError as exc:
+        raise AnalyticsUnavailableError(
+            f"no query key at {path} ({exc.strerror}): is the streams worker running? "
+            "Elsewhere, set FORGE_STREAMS_SQL_KEY to the worker's key"
+        ) from exc
 
 
 def query_owner(
-    web_url: str, sql: str, timeout_s: float = 30.0
+    web_url: str, sql: str, timeout_s: float = 60.0, key: str | None = None
 ) -> tuple[list[str], list[tuple[Any, ...]]]:
-    """Run read-only SQL through the process that owns the embedded store."""
+    """Run read-only SQL through the process that owns the embedded store.
+
+    ``key`` defaults to the one published in the FORGE_HOME this process's environment names.
+    """
     import httpx
 
+    if key is None:
+        key = owner_key(load_settings(InfraSettings).home)
     try:
-        response = httpx.get(f"{web_url}/query/", params={"sql": sql}, timeout=timeout_s)
+        response = httpx.get(
+            f"{web_url}/query/",
+            params={"sql": sql},
+            headers={"Authorization": f"Bearer {key}"},
+            timeout=timeout_s,
+        )
     except httpx.HTTPError as exc:
         raise AnalyticsUnavailableError(
             f"the store's owner at {web_url} did not answer: {exc}"
         ) from exc
-    body = response.json()
+    try:
+        body = response.json()
+    except ValueError:
+        body = {"error": f"HTTP {response.status_code}"}
     if response.status_code != 200:
-        raise AnalyticsUnavailableError(f"query refused: {body.get('error')}")
+        raise AnalyticsUnavailableError(f"query refused by {web_url}: {body.get('error')}")
     return list(body["columns"]), [tuple(r) for r in body["rows"]]

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import types
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, TypeVar, Union, get_args, get_origin
 
 import yaml
 from pydantic import ValidationError
@@ -53,6 +54,24 @@ def read_config_section(config_file: Path | None, section: str) -> dict[str, Any
     return values
 
 
+def _is_path(annotation: Any) -> bool:
+    """``Path`` or an optional ``Path`` (``Path | None``)."""
+    if get_origin(annotation) in (Union, types.UnionType):
+        return any(_is_path(arg) for arg in get_args(annotation))
+    return annotation is Path
+
+
+def _resolve_paths(cls: type[S], values: dict[str, Any], base: Path) -> dict[str, Any]:
+    """Relative paths of a config file resolved against the file's directory, not the working
+    directory: a config names files beside it, wherever the command is started from."""
+    resolved = dict(values)
+    for name, field in cls.model_fields.items():
+        value = values.get(name)
+        if isinstance(value, str) and _is_path(field.annotation):
+            resolved[name] = base / Path(value).expanduser()  # an absolute path stays as it is
+    return resolved
+
+
 def load_settings(
     cls: type[S],
     config_file: Path | None = None,
@@ -62,9 +81,11 @@ def load_settings(
     """Build settings, turning validation failures into one-line errors that name the input.
 
     ``overrides`` (command-line flags; None values are ignored) win over the environment,
-    which wins over the config file's ``section``.
+    which wins over the config file's ``section``, whose relative paths are relative to it.
     """
     values = read_config_section(config_file, section) if section else {}
+    if config_file is not None:
+        values = _resolve_paths(cls, values, config_file.parent.resolve())
     given = {k: v for k, v in (overrides or {}).items() if v is not None}
     try:
         return _with_file_values(cls, values)(**given)

@@ -24,7 +24,7 @@ from typing import Any, TypeVar
 import faust
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
-from infra.analytics import analytics_client, ensure_tables, is_read_only, query_rows
+from infra.analytics import analytics_client, ensure_tables
 from infra.config import InfraSettings
 from infra.kafka_clients import CONSUMER_LARGE, durable_producer, ensure_topics, sync_consumer
 from schemas import codec
@@ -51,6 +51,7 @@ from streams.sinks import (
     insert_train_steps,
     rollout_row,
 )
+from streams.sql_endpoint import open_endpoint
 
 log = logging.getLogger(__name__)
 R = TypeVar("R", bound=Record)
@@ -70,6 +71,7 @@ def create_streams_app(
         topic_replication_factor=1,
         topic_partitions=4,
         web_host="127.0.0.1",
+        web_bind=settings.web_bind,
         web_port=settings.web_port,
         producer_max_request_size=MAX_MESSAGE_BYTES,
         consumer_max_fetch_size=MAX_MESSAGE_BYTES * 2,
@@ -241,15 +243,16 @@ def create_streams_app(
             finally:
                 buffer.flush()
 
-    @app.page("/query/")
-    async def query(web: Any, request: Any) -> Any:
-        """Read-only SQL for other processes: this worker owns the embedded store."""
-        sql = request.query.get("sql", "")
-        if sink is None or buffer is None or not is_read_only(sql):
-            return web.json({"error": "only SELECT/WITH/SHOW/DESCRIBE queries"}, status=400)
-        buffer.flush()  # a reader sees every row scored so far
-        columns, rows = query_rows(sink, sql)
-        return web.json({"columns": columns, "rows": [[str(v) for v in r] for r in rows]})
+    if buffer is not None:
+        sql = open_endpoint(settings, infra, before_query=buffer.flush)
+
+        @app.page("/query/")
+        async def query(web: Any, request: Any) -> Any:
+            """Read-only SQL for other processes: this worker owns the embedded store."""
+            reply = await sql.answer(
+                request.headers.get("Authorization"), request.query.get("sql", "")
+            )
+            return web.json(reply.body, status=reply.status)
 
     return app
 

@@ -3,8 +3,9 @@
 Events of one rollout arrive in log order (one partition per rollout key); duplicates from
 at-least-once delivery are dropped by event_id. Events named by an EventsVoided were answered
 with an error to the agent (they reached the log late, through the producer's retries), so
-they are in no trajectory; the gateway writes the void before the rollout's next event. Choice k > 0 of a call with n > 1 becomes its
-own trajectory call ``<call_id>#<k>``, so parent references stay unambiguous.
+they are in no trajectory; the gateway writes the void before the rollout's next event.
+Choice k > 0 of a call with n > 1 becomes its own trajectory call ``<call_id>#<k>``, so parent
+references stay unambiguous.
 """
 
 from __future__ import annotations

@@ -2,10 +2,19 @@
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SecretStr,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 from pydantic_settings import SettingsConfigDict
 
 from infra.settings import ForgeSettings
@@ -16,7 +25,7 @@ from streams.rewards import RewardConfig
 
 
 class PipelineFile(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     rewards: RewardConfig = Field(default_factory=RewardConfig)
     window: int | None = Field(default=64, ge=1)
@@ -24,15 +33,43 @@ class PipelineFile(BaseModel):
     group_timeout_s: float = Field(default=900.0, gt=0)
     max_staleness: int | None = Field(default=None, ge=0)
 
+    @field_validator("rewards")
+    @classmethod
+    def _finite_rewards(cls, rewards: RewardConfig) -> RewardConfig:
+        """A NaN or infinite weight turns every reward into NaN without an error anywhere."""
+        for name, value in rewards.model_dump().items():
+            if not math.isfinite(value):
+                raise ValueError(f"{name} must be a finite number (got {value})")
+        return rewards
+
+    @model_validator(mode="after")
+    def _items_outlast_groups(self) -> PipelineFile:
+        """A queue slot timing out before its group does would drop every member of a group
+        still waiting for a straggler, the group timeout never getting its chance."""
+        if self.item_timeout_s is not None and self.item_timeout_s < self.group_timeout_s:
+            raise ValueError(
+                f"item_timeout_s ({self.item_timeout_s:g}) must be at least group_timeout_s "
+                f"({self.group_timeout_s:g})"
+            )
+        return self
+
 
 def load_pipeline_config(path: Path | None) -> PipelineConfig:
+    """The pipeline file's settings, or the defaults without one; any problem with the file is
+    a one-line ``ConfigError`` naming it."""
     if path is None:
         return PipelineConfig()
     try:
         parsed = PipelineFile.model_validate(yaml.safe_load(path.read_text()) or {})
-    except (yaml.YAMLError, ValidationError) as exc:
-        first = str(exc).splitlines()
-        raise ConfigError(f"{path}: {' '.join(first[:3])}") from exc
+    except OSError as exc:
+        raise ConfigError(f"pipeline file {path}: {exc.strerror}") from exc
+    except yaml.YAMLError as exc:
+        raise ConfigError(
+            f"pipeline file {path}: not valid YAML ({' '.join(str(exc).split())})"
+        ) from exc
+    except ValidationError as exc:
+        problems = "; ".join(_problem(err["loc"], err["msg"]) for err in exc.errors())
+        raise ConfigError(f"pipeline file {path}: {problems}") from None
     return PipelineConfig(
         rewards=parsed.rewards,
         window=parsed.window,
@@ -40,6 +77,11 @@ def load_pipeline_config(path: Path | None) -> PipelineConfig:
         group_timeout_s=parsed.group_timeout_s,
         max_staleness=parsed.max_staleness,
     )
+
+
+def _problem(loc: tuple[int | str, ...], msg: str) -> str:
+    message = msg.removeprefix("Value error, ")
+    return f"{'.'.join(map(str, loc))}: {message}" if loc else message
 
 
 class StreamsSettings(ForgeSettings):
@@ -58,6 +100,20 @@ class StreamsSettings(ForgeSettings):
         default=None, description="YAML with reward weights, window and timeouts."
     )
     web_port: int = Field(default=6066, ge=1, le=65535, description="Read-only analytics queries.")
+    web_bind: str = Field(
+        default="127.0.0.1",
+        description="Interface the web port listens on; 0.0.0.0 opens it (and Faust's own "
+        "unauthenticated views) to the network.",
+    )
+    sql_key: SecretStr | None = Field(
+        default=None,
+        description="Bearer key of /query/ (set it for clients on other machines); unset, a "
+        "random one each start. Either is written 0600 to FORGE_HOME for local clients.",
+    )
+    sql_timeout_s: float = Field(
+        default=30.0, gt=0, description="A /query/ query is stopped after this long."
+    )
+    sql_max_rows: int = Field(default=100_000, ge=1, description="Larger /query/ results fail.")
     lateness_s: float = Field(
         default=5.0, ge=0, description="Watermark lag behind the newest fact."
     )
@@ -74,6 +130,21 @@ class StreamsSettings(ForgeSettings):
         default=1.0, gt=0, description="Analytics rows are batched for at most this long."
     )
     sink: bool = Field(default=True, description="Fill the rollouts and calls tables.")
+
+    @field_validator("sql_key")
+    @classmethod
+    def _long_key(cls, value: SecretStr | None) -> SecretStr | None:
+        if value is not None and len(value.get_secret_value()) < 16:
+            raise ValueError("must be at least 16 characters")
+        return value
+
+    @property
+    def local_url(self) -> str:
+        """Where a process on this machine reaches the web port."""
+        host = "127.0.0.1" if self.web_bind in ("", "0.0.0.0", "::") else self.web_bind
+        return (
+            f"http://[{host}]:{self.web_port}" if ":" in host else f"http://{host}:{self.web_port}"
+        )
 
     @property
     def sequencer_flush_s(self) -> float:

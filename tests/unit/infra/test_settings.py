@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from infra.config import InfraSettings
@@ -61,3 +63,28 @@ def test_command_line_overrides_win_over_env_and_file(tmp_path, monkeypatch):
 def test_bad_override_names_the_flag():
     with pytest.raises(ConfigError, match="--kafka-port"):
         load_settings(InfraSettings, overrides={"kafka_port": -1})
+
+
+def test_relative_paths_in_a_config_file_are_relative_to_the_file(tmp_path, monkeypatch):
+    configs = tmp_path / "configs"
+    configs.mkdir()
+    (configs / "forge.yaml").write_text("infra:\n  home: state\n  cache_dir: /abs/cache\n")
+    monkeypatch.chdir(tmp_path)
+    settings = load_settings(InfraSettings, Path("configs/forge.yaml"), "infra")
+    assert settings.home == configs.resolve() / "state"
+    assert settings.cache_dir == Path("/abs/cache")
+
+
+def test_a_home_relative_path_in_a_config_file_is_expanded(tmp_path, monkeypatch):
+    monkeypatch.setenv("HOME", str(tmp_path / "me"))
+    config = tmp_path / "forge.yaml"
+    config.write_text("infra:\n  home: ~/forge\n")
+    assert load_settings(InfraSettings, config, "infra").home == tmp_path / "me" / "forge"
+
+
+def test_paths_from_the_environment_stay_relative_to_the_working_directory(tmp_path, monkeypatch):
+    config = tmp_path / "configs" / "forge.yaml"
+    config.parent.mkdir()
+    config.write_text("infra:\n  kafka_heap: 256m\n")
+    monkeypatch.setenv("FORGE_HOME", "state")
+    assert load_settings(InfraSettings, config, "infra").home == Path("state")
