@@ -13,6 +13,7 @@ from rich.table import Table
 from infra.config import InfraSettings
 from infra.settings import load_settings
 from schemas.errors import ConfigError, ForgeError
+from schemas.topics import TRAIN
 
 console = Console()
 err_console = Console(stderr=True)
@@ -262,6 +263,44 @@ def trainer(
     console.print(f"trained {steps} steps; policy v{run.version}")
 
 
+@main.command("export")
+@click.argument("version")
+@click.argument("directory", metavar="DIR", type=click.Path(file_okay=False, path_type=Path))
+@click.option(
+    "--policy-dir",
+    type=click.Path(exists=True, file_okay=False, path_type=Path),
+    help="Where the versions are (default: the trainer's, from its settings).",
+)
+@click.option("--push-to-hub", "repo_id", help="Then upload DIR to this Hub model repo (org/name).")
+@click.option("--private", is_flag=True, help="Create the Hub repo private (if it is new).")
+@click.pass_context
+def export(
+    ctx: click.Context,
+    version: str,
+    directory: Path,
+    policy_dir: Path | None,
+    repo_id: str | None,
+    private: bool,
+) -> None:
+    """Copy a published policy VERSION (12, v000012 or latest) to DIR, an absent or empty
+    directory, as a self-contained Hugging Face model; optionally push it to the Hub."""
+    from trainer.config import TrainerSettings
+    from trainer.outputs import resolve_outputs
+    from trainer.policy_export import export_policy_version, find_policy_version, push_to_hub
+
+    if policy_dir is None:
+        settings = load_settings(TrainerSettings, ctx.find_root().obj, "trainer")
+        policy_dir = resolve_outputs(settings, infra_settings(ctx).home).policies
+    source = find_policy_version(policy_dir, version)
+    export_policy_version(source, directory)
+    console.print(f"{source} -> {directory}")
+    if repo_id:
+        message = f"forge-rl policy {source.name}"
+        console.print(
+            f"pushed to {push_to_hub(directory, repo_id, message=message, private=private)}"
+        )
+
+
 def _position(value: str | None) -> tuple[int | None, int | None]:
     """An offset (digits) or an ISO timestamp -> (offset, ts_ms)."""
     from datetime import UTC, datetime
@@ -299,6 +338,11 @@ def replay(
     sink: bool,
 ) -> None:
     """Re-run the stream processors over a stretch of forge.events into a new topic."""
+    if out_topic == TRAIN.name:
+        raise ConfigError(
+            f"--out-topic {TRAIN.name} is refused: the live sequencer is its only writer; "
+            "replay into a new topic and train on it with `forge-rl trainer --topic`"
+        )
     from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
     from infra.analytics import analytics_client, ensure_tables

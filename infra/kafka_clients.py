@@ -31,6 +31,8 @@ PRODUCER_DURABLE: dict[str, Any] = {
     "max_request_size": MAX_MESSAGE_BYTES,
 }
 CONSUMER_LARGE: dict[str, Any] = {
+    # Records of aborted transactions (a fenced sequencer's) are never anyone's input.
+    "isolation_level": "read_committed",
     "fetch_max_bytes": 4 * MAX_MESSAGE_BYTES,
     "max_partition_fetch_bytes": MAX_MESSAGE_BYTES + 1024 * 1024,
 }

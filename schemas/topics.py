@@ -37,9 +37,11 @@ class TopicSpec:
 
 EVENTS = TopicSpec("forge.events", Envelope, 4, {**_COMMON, **_FOREVER})
 QUEUE = TopicSpec("forge.queue", QueueEntry, 1, {**_COMMON, **_FOREVER}, ordered=True)
-TRAJECTORIES = TopicSpec("forge.trajectories", Trajectory, 4, dict(_COMMON))
+# A rebuild of the sequencer reads queue, trajectories and policy from their beginning: they
+# are kept as long as forge.events, which they are rebuilt from.
+TRAJECTORIES = TopicSpec("forge.trajectories", Trajectory, 4, {**_COMMON, **_FOREVER})
 TRAIN = TopicSpec("forge.train", TrainSample, 1, {**_COMMON, **_FOREVER}, ordered=True)
-POLICY = TopicSpec("forge.policy", PolicyUpdated, 1, {**_COMMON, "cleanup.policy": "compact"})
+POLICY = TopicSpec("forge.policy", PolicyUpdated, 1, {**_COMMON, **_FOREVER})
 METRICS = TopicSpec("forge.metrics", TrainStep, 1, {**_COMMON, **_FOREVER})
 DLQ = TopicSpec("forge.dlq", DeadLetter, 1, {**_COMMON, **_FOREVER})
 

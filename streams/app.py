@@ -7,8 +7,8 @@
   own key, next to the group's member list; a complete group is scored and its trajectories
   go to forge.trajectories (and the rollouts/calls tables).
 - ``sequence`` (a task over forge.queue, forge.trajectories and forge.policy): the
-  event-time sequencer. It rebuilds from the start of its inputs on every start and skips the
-  samples forge.train already holds, so a crash neither loses nor repeats a sample.
+  event-time sequencer, active in one worker of the group at a time, fenced by the broker and
+  exact across restarts by sample identity (``streams.live_sequencer``).
 Undecodable records go to forge.dlq with the reason.
 """
 
@@ -22,29 +22,25 @@ from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar
 
 import faust
-from aiokafka import AIOKafkaConsumer, TopicPartition
 
 from infra.analytics import analytics_client, ensure_tables
 from infra.config import InfraSettings
-from infra.kafka_clients import CONSUMER_LARGE, durable_producer, ensure_topics, sync_consumer
+from infra.kafka_clients import ensure_topics
 from schemas import codec
 from schemas.errors import SchemaError
 from schemas.records import (
     DeadLetter,
     Envelope,
-    PolicyUpdated,
-    QueueEntry,
     Record,
     TrainStep,
-    Trajectory,
 )
 from schemas.topics import DLQ, MAX_MESSAGE_BYTES, TopicSpec
 from streams import bundles
 from streams.assembler import AssembledRollout, RolloutAssembly
 from streams.config import StreamsSettings, load_pipeline_config
+from streams.live_sequencer import run_sequencer
 from streams.pipeline import settle_group
 from streams.scoring import score_trajectories
-from streams.sequencer import EventTimeSequencer
 from streams.sinks import (
     SinkBuffer,
     call_rows,
@@ -332,94 +328,3 @@ def _joined(members: dict[str, _Member]) -> bytes:
 
 def _names(joined: bytes) -> list[str]:
     return joined.decode().split("\n") if joined else []
-
-
-async def run_sequencer(
-    settings: StreamsSettings, bootstrap: str, config: Any, sink: SinkBuffer | None = None
-) -> None:
-    """Rebuild from the start of the inputs, skip what forge.train holds, then follow.
-
-    Catching up (after a start, or while upstream works through a backlog) nothing is applied
-    until upstream is live — a group completed less than ``live_within_s`` ago arrives — or
-    the inputs have been quiet for ``sequencer_flush_s`` (then every fact is applied, as a
-    replay would). After that the watermark trails the wall clock by ``lateness_s``: live
-    facts are stamped now and arrive within that lag. Emitted samples update their rollout's
-    row with the staleness they were consumed at.
-    """
-    sequencer = EventTimeSequencer(config.window, config.item_timeout_s, config.max_staleness)
-    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False,
-                                **CONSUMER_LARGE)  # fmt: skip
-    producer = durable_producer(bootstrap)
-    await consumer.start()
-    await producer.start()
-    try:
-        topics = (settings.queue_topic, settings.trajectories_topic, settings.policy_topic)
-        partitions = await asyncio.to_thread(_all_partitions, bootstrap, topics)
-        consumer.assign(partitions)
-        await consumer.seek_to_beginning(*partitions)
-        train = TopicPartition(settings.train_topic, 0)
-        already = (await consumer.end_offsets([train]))[train]
-        emitted = 0
-        caught_up = False
-        last_input = time.monotonic()
-        while True:
-            batches = await consumer.getmany(timeout_ms=200, max_records=2000)
-            for tp, messages in batches.items():
-                for message in messages:
-                    completed = _add_fact(sequencer, tp.topic, settings, message)
-                    last_input = time.monotonic()
-                    if completed is not None and not caught_up:
-                        caught_up = completed > time.time() - settings.live_within_s
-            if time.monotonic() - last_input > settings.sequencer_flush_s:
-                caught_up, watermark = True, float("inf")
-            elif caught_up:
-                watermark = time.time() - settings.lateness_s
-            else:
-                continue
-            fresh = []
-            for sample in sequencer.advance(watermark):
-                emitted += 1
-                if emitted <= already:
-                    continue  # written before a restart
-                await producer.send_and_wait(
-                    settings.train_topic, codec.encode(sample), key=sample.sample_id.encode()
-                )
-                fresh.append(sample.trajectory)
-            if sink is not None and fresh:
-                sink.add([rollout_row(t, sequencer.staleness[t.rollout_id]) for t in fresh])
-    except asyncio.CancelledError:
-        raise
-    finally:
-        await consumer.stop()
-        await producer.stop()
-
-
-def _all_partitions(bootstrap: str, topics: tuple[str, ...]) -> list[TopicPartition]:
-    """Every partition of ``topics`` (aiokafka's metadata can lag behind new topics)."""
-    probe = sync_consumer(bootstrap)
-    try:
-        return [
-            TopicPartition(topic, p)
-            for topic in topics
-            for p in sorted(probe.partitions_for_topic(topic) or ())
-        ]
-    finally:
-        probe.close()
-
-
-def _add_fact(
-    sequencer: EventTimeSequencer, topic: str, settings: StreamsSettings, message: Any
-) -> float | None:
-    """Feed one record; for a scored trajectory, return its group's completion time."""
-    try:
-        if topic == settings.queue_topic:
-            sequencer.add_queue_entry(message.offset, codec.decode(message.value, QueueEntry))
-        elif topic == settings.policy_topic:
-            sequencer.add_policy(codec.decode(message.value, PolicyUpdated))
-        else:
-            trajectory = codec.decode(message.value, Trajectory)
-            sequencer.add_completion(trajectory)
-            return (trajectory.group_completed_ts or trajectory.ended_ts).timestamp()
-    except SchemaError as exc:
-        log.warning("sequencer skipped %s@%d: %s", topic, message.offset, exc)
-    return None

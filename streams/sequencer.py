@@ -26,6 +26,8 @@ class EventTimeSequencer:
     window: int | None
     item_timeout_s: float | None = None
     max_staleness: int | None = None
+    consumed: frozenset[int] = frozenset()
+    """Queue indices already emitted (before a restart): consumed, never emitted again."""
     stats: Counter[str] = field(default_factory=Counter)
     staleness: dict[str, int] = field(default_factory=dict)
     _facts: list[tuple[float, int, int, int, object]] = field(default_factory=list)
@@ -36,7 +38,10 @@ class EventTimeSequencer:
 
     def __post_init__(self) -> None:
         self._fifo = WindowedFifo(
-            self.window, timeout_s=self.item_timeout_s, max_staleness=self.max_staleness
+            self.window,
+            timeout_s=self.item_timeout_s,
+            max_staleness=self.max_staleness,
+            consumed=self.consumed,
         )
 
     def add_policy(self, update: PolicyUpdated) -> None:

@@ -13,6 +13,10 @@ from streams.assembler import sequence_id
 TRAIN_STEP_COLUMNS = (
     "step", "policy_version", "ts", "loss", "samples", "tokens", "unique_tokens",
     "dedup_ratio", "clip_fraction", "staleness_mean", "staleness_max", "step_time_s",
+    # off-policy diagnostics and the step's time split (infra.analytics.TRAIN_STEP_ADDED_COLUMNS)
+    "kl_mean", "kl_max", "ratio_mean", "ratio_std", "ratio_max", "newest_version_token_share",
+    "kl_filtered_samples", "wait_data_s", "tree_build_s", "forward_backward_s", "optimizer_s",
+    "export_s", "checkpoint_s",
 )  # fmt: skip
 
 

@@ -6,7 +6,9 @@ Queue Q = [T0 … TN-1] (indices are forge.queue offsets), head h, window W:
 - h advances only past consumed items (emitted or dropped);
 - an item not completed within ``timeout_s`` of entering the queue (event time) is resolved
   as dropped, so one dead agent cannot block the head;
-- a completed item more than ``max_staleness`` policy versions behind is dropped, counted.
+- a completed item more than ``max_staleness`` policy versions behind is dropped, counted;
+- an index in ``consumed`` (already emitted before a restart, known by identity) is consumed
+  as soon as its queue entry is seen, whether or not its completion is still in the log.
 W=1 is strict FIFO and W=None (∞) is greedy completion order: the same code, another W.
 """
 
@@ -54,6 +56,7 @@ class WindowedFifo(Generic[T]):
     window: int | None
     timeout_s: float | None = None
     max_staleness: int | None = None
+    consumed: frozenset[int] = frozenset()
     head: int = 0
     stats: FifoStats = field(default_factory=FifoStats)
     _slots: dict[int, _Slot[T]] = field(default_factory=dict)
@@ -76,6 +79,9 @@ class WindowedFifo(Generic[T]):
         if index < self._high_water:
             return
         self._high_water = index + 1
+        if index in self.consumed:
+            self._early.pop(index, None)
+            return
         self._slots[index] = _Slot(ts)
         if self.timeout_s is not None:
             heapq.heappush(self._deadlines, (ts + self.timeout_s, index))
@@ -88,6 +94,8 @@ class WindowedFifo(Generic[T]):
 
         A completion may arrive before its queue entry (another topic); it waits for it.
         """
+        if index in self.consumed:
+            return
         if index >= self._high_water:
             self._early.setdefault(index, (item, policy_version))
             return

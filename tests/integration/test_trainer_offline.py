@@ -81,8 +81,8 @@ def test_an_offline_run_publishes_only_to_its_own_topics(kafka, fresh_topic, tmp
     assert {t.name: end_offset(kafka, t.name) for t in (POLICY, METRICS)} == live_before
     out = resolve_outputs(TrainerSettings(topic=source.name), tmp_path)
     assert out.policy.name == f"{source.name}.policy"
-    assert topic_configs(kafka, out.policy.name, ["cleanup.policy", "compression.type"]) == {
-        "cleanup.policy": "compact", "compression.type": "zstd",
+    assert topic_configs(kafka, out.policy.name, ["retention.ms", "compression.type"]) == {
+        "retention.ms": "-1", "compression.type": "zstd",
     }  # fmt: skip
     assert topic_configs(kafka, out.metrics.name, ["retention.ms"]) == {"retention.ms": "-1"}
 

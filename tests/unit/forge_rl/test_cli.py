@@ -45,3 +45,10 @@ def test_unreachable_broker_fails_fast_with_a_clear_error(tmp_path):
     result = CliRunner().invoke(main, ["infra", "up"], env=env)
     assert result.exit_code == 1
     assert "127.0.0.1:1 is unreachable" in result.output
+
+
+def test_replay_into_the_live_train_topic_is_refused(tmp_path):
+    env = {"FORGE_HOME": str(tmp_path), "FORGE_KAFKA_BOOTSTRAP": "127.0.0.1:1"}
+    result = CliRunner().invoke(main, ["replay", "--out-topic", "forge.train"], env=env)
+    assert result.exit_code == 2
+    assert "forge.train is refused" in result.output

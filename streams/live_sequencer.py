@@ -1,0 +1,196 @@
+"""The live sequencer: exactly one writer of forge.train, exact across restarts by identity.
+
+- **One at a time.** Every worker runs this task, but only the member of the consumer group
+  ``<app_id>-sequencer`` that holds forge.queue's single partition sequences (Kafka's group
+  protocol elects it; when it dies, its session expires and another takes over).
+- **Fenced by the broker.** The holder writes through a transactional producer with the stable
+  id ``<app_id>-sequencer``: starting it aborts whatever an older holder left open and fences
+  it, so a zombie (say, resumed after SIGSTOP past its session) cannot commit one sample.
+- **Progress is an identity.** Only after fencing, forge.train is read (read_committed) and the
+  queue indices it holds are seeded into the rebuilt FIFO as consumed (``WindowedFifo``): they
+  are never written again, and their trajectories need not be in the log any more.
+Transient errors (broker restarts, a fencing race) end one term; the task tries again with
+a bounded backoff while the worker keeps running.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from typing import Any
+
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRebalanceListener, TopicPartition
+
+from infra.kafka_clients import CONSUMER_LARGE, PRODUCER_DURABLE, sync_consumer
+from infra.log_reader import LogRange, read_log
+from schemas import codec
+from schemas.errors import SchemaError
+from schemas.records import PolicyUpdated, QueueEntry, TrainSample, Trajectory
+from schemas.topics import derived_train_topic
+from streams.config import StreamsSettings
+from streams.pipeline import PipelineConfig
+from streams.sequencer import EventTimeSequencer
+from streams.sinks import SinkBuffer, rollout_row
+
+log = logging.getLogger(__name__)
+MAX_BACKOFF_S = 10.0
+
+
+class _Lease(ConsumerRebalanceListener):  # type: ignore[misc]
+    """Whether this worker holds forge.queue's partition in the sequencer group."""
+
+    def __init__(self) -> None:
+        self.held = False
+        self.consumer: AIOKafkaConsumer | None = None
+
+    async def on_partitions_revoked(self, revoked: Any) -> None:
+        self.held = False
+
+    async def on_partitions_assigned(self, assigned: Any) -> None:
+        self.held = bool(assigned)
+        if assigned and self.consumer is not None:
+            self.consumer.pause(*assigned)  # membership only: the records are read elsewhere
+
+
+def transactional_id(settings: StreamsSettings) -> str:
+    return f"{settings.app_id}-sequencer"
+
+
+async def run_sequencer(
+    settings: StreamsSettings, bootstrap: str, config: PipelineConfig, sink: SinkBuffer | None
+) -> None:
+    """Sequence while this worker holds the lease; stand by otherwise."""
+    lease = _Lease()
+    election = AIOKafkaConsumer(
+        bootstrap_servers=bootstrap, group_id=transactional_id(settings), enable_auto_commit=False
+    )
+    lease.consumer = election
+    election.subscribe([settings.queue_topic], listener=lease)
+    await election.start()
+    term: asyncio.Task[None] | None = None
+    backoff = 0.5
+    try:
+        while True:
+            await election.getmany(timeout_ms=500)  # heartbeats and rebalances happen here
+            if term is not None and term.done():
+                if not term.cancelled() and term.exception() is not None:
+                    log.warning("sequencer term ended: %r; retrying", term.exception())
+                    await asyncio.sleep(backoff)
+                    backoff = min(backoff * 2, MAX_BACKOFF_S)
+                term = None
+            if lease.held and term is None:
+                term = asyncio.create_task(_sequence(settings, bootstrap, config, sink))
+            elif not lease.held and term is not None:
+                term.cancel()
+                await asyncio.gather(term, return_exceptions=True)
+                term = None
+    finally:
+        if term is not None:
+            term.cancel()
+            await asyncio.gather(term, return_exceptions=True)
+        await election.stop()
+
+
+def emitted_indices(bootstrap: str, train_topic: str) -> frozenset[int]:
+    """Queue indices of the committed samples in forge.train."""
+    spec = derived_train_topic(train_topic)
+    return frozenset(
+        d.record.queue_index for d in read_log(bootstrap, spec, LogRange())
+        if isinstance(d.record, TrainSample)
+    )  # fmt: skip
+
+
+async def _sequence(
+    settings: StreamsSettings, bootstrap: str, config: PipelineConfig, sink: SinkBuffer | None
+) -> None:
+    """One term: fence, learn what forge.train holds, rebuild from the inputs, then follow.
+
+    Catching up (after a start, or while upstream works through a backlog) nothing is applied
+    until upstream is live — a group completed less than ``live_within_s`` ago arrives — or
+    the inputs have been quiet for ``sequencer_flush_s`` (then every fact is applied, as a
+    replay would). After that the watermark trails the wall clock by ``lateness_s``: live
+    facts are stamped now and arrive within that lag. Emitted samples update their rollout's
+    row with the staleness they were consumed at.
+    """
+    producer = AIOKafkaProducer(
+        bootstrap_servers=bootstrap, transactional_id=transactional_id(settings),
+        **PRODUCER_DURABLE,
+    )  # fmt: skip
+    consumer = AIOKafkaConsumer(
+        bootstrap_servers=bootstrap, enable_auto_commit=False, **CONSUMER_LARGE
+    )
+    await producer.start()  # init_transactions: an older holder is fenced from here on
+    try:
+        emitted = await asyncio.to_thread(emitted_indices, bootstrap, settings.train_topic)
+        log.info("sequencer term: forge.train holds %d samples", len(emitted))
+        sequencer = EventTimeSequencer(
+            config.window, config.item_timeout_s, config.max_staleness, consumed=emitted
+        )
+        await consumer.start()
+        topics = (settings.queue_topic, settings.trajectories_topic, settings.policy_topic)
+        partitions = await asyncio.to_thread(_all_partitions, bootstrap, topics)
+        consumer.assign(partitions)
+        await consumer.seek_to_beginning(*partitions)
+        caught_up = False
+        last_input = time.monotonic()
+        while True:
+            batches = await consumer.getmany(timeout_ms=200, max_records=2000)
+            for tp, messages in batches.items():
+                for message in messages:
+                    completed = _add_fact(sequencer, tp.topic, settings, message)
+                    last_input = time.monotonic()
+                    if completed is not None and not caught_up:
+                        caught_up = completed > time.time() - settings.live_within_s
+            if time.monotonic() - last_input > settings.sequencer_flush_s:
+                caught_up, watermark = True, float("inf")
+            elif caught_up:
+                watermark = time.time() - settings.lateness_s
+            else:
+                continue
+            fresh = sequencer.advance(watermark)
+            if not fresh:
+                continue
+            async with producer.transaction():
+                for sample in fresh:
+                    await producer.send(
+                        settings.train_topic, codec.encode(sample), key=sample.sample_id.encode()
+                    )
+            if sink is not None:
+                sink.add(
+                    [rollout_row(s.trajectory, sequencer.staleness[s.sample_id]) for s in fresh]
+                )
+    finally:
+        await consumer.stop()
+        await producer.stop()
+
+
+def _all_partitions(bootstrap: str, topics: tuple[str, ...]) -> list[TopicPartition]:
+    """Every partition of ``topics`` (aiokafka's metadata can lag behind new topics)."""
+    probe = sync_consumer(bootstrap)
+    try:
+        return [
+            TopicPartition(topic, p)
+            for topic in topics
+            for p in sorted(probe.partitions_for_topic(topic) or ())
+        ]
+    finally:
+        probe.close()
+
+
+def _add_fact(
+    sequencer: EventTimeSequencer, topic: str, settings: StreamsSettings, message: Any
+) -> float | None:
+    """Feed one record; for a scored trajectory, return its group's completion time."""
+    try:
+        if topic == settings.queue_topic:
+            sequencer.add_queue_entry(message.offset, codec.decode(message.value, QueueEntry))
+        elif topic == settings.policy_topic:
+            sequencer.add_policy(codec.decode(message.value, PolicyUpdated))
+        else:
+            trajectory = codec.decode(message.value, Trajectory)
+            sequencer.add_completion(trajectory)
+            return (trajectory.group_completed_ts or trajectory.ended_ts).timestamp()
+    except SchemaError as exc:
+        log.warning("sequencer skipped %s@%d: %s", topic, message.offset, exc)
+    return None
