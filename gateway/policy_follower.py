@@ -6,11 +6,9 @@ import asyncio
 import logging
 from collections.abc import Awaitable, Callable
 
-from aiokafka import AIOKafkaConsumer
-
-from schemas import codec
-from schemas.errors import SchemaError
+from infra.kafka_clients import async_consumer, consume_records, durable_producer
 from schemas.records import PolicyUpdated
+from schemas.topics import TopicSpec
 
 log = logging.getLogger(__name__)
 
@@ -19,18 +17,19 @@ async def follow_policy(
     bootstrap: str, topic: str, on_update: Callable[[PolicyUpdated], Awaitable[None]]
 ) -> None:
     """Call ``on_update`` for every PolicyUpdated newer than the last one applied."""
-    consumer = AIOKafkaConsumer(
-        topic, bootstrap_servers=bootstrap, auto_offset_reset="earliest", enable_auto_commit=False
+    consumer = async_consumer(
+        bootstrap, topic, auto_offset_reset="earliest", enable_auto_commit=False
     )
+    dlq = durable_producer(bootstrap, client_id="forge-gateway-policy")
     await consumer.start()
+    await dlq.start()
     newest = -1
     try:
-        async for msg in consumer:
-            try:
-                update = codec.decode(msg.value, PolicyUpdated)
-            except SchemaError as exc:
-                log.warning("ignoring undecodable record on %s@%d: %s", topic, msg.offset, exc)
-                continue
+        async for delivered in consume_records(
+            consumer, dlq, TopicSpec(topic, PolicyUpdated, 1), "gateway-policy-follower"
+        ):
+            update = delivered.record
+            assert isinstance(update, PolicyUpdated)
             if update.version <= newest:
                 continue
             newest = update.version
@@ -42,3 +41,4 @@ async def follow_policy(
         raise
     finally:
         await consumer.stop()
+        await dlq.stop()

@@ -217,6 +217,8 @@ def decode(data: bytes, cls: type[R]) -> R:
 
 def decode_any(data: bytes, expect: str | None = None) -> Record:
     """Deserialize any known record; ``expect`` rejects records of another type."""
+    if not isinstance(data, bytes | bytearray | memoryview):
+        raise SchemaError("no value (a tombstone) where a record belongs", schema_name=expect)
     if len(data) < HEADER_LEN or data[:2] != MAGIC:
         raise SchemaError("not an Avro single-object message (bad magic)", schema_name=expect)
     writer = _writers().get(bytes(data[2:HEADER_LEN]))

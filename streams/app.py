@@ -25,9 +25,8 @@ import faust
 
 from infra.analytics import analytics_client, ensure_tables
 from infra.config import InfraSettings
-from infra.kafka_clients import ensure_topics
+from infra.kafka_clients import decode_message, ensure_topics
 from schemas import codec
-from schemas.errors import SchemaError
 from schemas.records import (
     DeadLetter,
     Envelope,
@@ -114,21 +113,30 @@ def create_streams_app(
     if sink is not None:
         ensure_tables(sink)
 
+    async def send_dead_letter(letter: DeadLetter) -> None:
+        """Acknowledged before the agent moves on: nothing is dropped silently."""
+        await (await dlq.send(key=letter.key, value=codec.encode(letter)))
+
     async def dead_letter(message: Any, reason: str, value: bytes | None = None) -> None:
-        letter = DeadLetter(
+        await send_dead_letter(DeadLetter(
             source_topic=message.topic, partition=message.partition, offset=message.offset,
             reason=reason, consumer=settings.app_id, ts=datetime.now(UTC),
             key=message.key, value=message.value if value is None else value,
-        )  # fmt: skip
-        await dlq.send(key=message.key, value=codec.encode(letter))
+        ))  # fmt: skip
 
     async def decoded(event: Any, record_type: type[R]) -> R | None:
-        """The event's record, or None once it is in forge.dlq with the reason."""
-        try:
-            return codec.decode(event.value, record_type)
-        except SchemaError as exc:
-            await dead_letter(event.message, str(exc))
+        """The event's record, or None once it is in forge.dlq with the reason (the one
+        decode-or-dead-letter rule, ``decode_message``, tombstones included)."""
+        message = event.message
+        result = decode_message(
+            TopicSpec(message.topic, record_type, 1), partition=message.partition,
+            offset=message.offset, key=message.key, value=event.value, consumer=settings.app_id,
+        )  # fmt: skip
+        if isinstance(result, DeadLetter):
+            await send_dead_letter(result)
             return None
+        assert isinstance(result.record, record_type)
+        return result.record
 
     @app.agent(events)
     async def assemble(stream: faust.StreamT) -> None:

@@ -9,8 +9,9 @@
 - **Progress is an identity.** Only after fencing, forge.train is read (read_committed) and the
   queue indices it holds are seeded into the rebuilt FIFO as consumed (``WindowedFifo``): they
   are never written again, and their trajectories need not be in the log any more.
-Transient errors (broker restarts, a fencing race) end one term; the task tries again with
-a bounded backoff while the worker keeps running.
+Transient errors (a broker restart) end one term and the task tries again with a bounded
+backoff while the worker keeps running; a fenced term waits until the group hands this worker
+the partition again.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import time
 from typing import Any
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRebalanceListener, TopicPartition
+from aiokafka.errors import InvalidProducerEpoch, ProducerFenced
 
 from infra.kafka_clients import CONSUMER_LARGE, PRODUCER_DURABLE, sync_consumer
 from infra.log_reader import LogRange, read_log
@@ -74,8 +76,12 @@ async def run_sequencer(
         while True:
             await election.getmany(timeout_ms=500)  # heartbeats and rebalances happen here
             if term is not None and term.done():
-                if not term.cancelled() and term.exception() is not None:
-                    log.warning("sequencer term ended: %r; retrying", term.exception())
+                failure = None if term.cancelled() else term.exception()
+                if isinstance(failure, ProducerFenced | InvalidProducerEpoch):
+                    log.warning("sequencer fenced: another worker holds the lease")
+                    lease.held = False  # until the group hands the partition to us again
+                elif failure is not None:
+                    log.warning("sequencer term ended: %r; retrying", failure)
                     await asyncio.sleep(backoff)
                     backoff = min(backoff * 2, MAX_BACKOFF_S)
                 term = None

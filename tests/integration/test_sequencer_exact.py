@@ -1,0 +1,144 @@
+"""forge.train is exact by identity under restarts, trimmed inputs, two workers and a zombie.
+
+Each scenario breaks what a count of forge.train's records cannot survive; the live output
+must still equal a replay of the whole log, sample for sample.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+from kafka import TopicPartition
+
+from infra.kafka_clients import admin_client, sync_consumer, sync_producer
+from infra.local_broker import free_port
+from schemas import codec
+from schemas.records import QueueEntry
+from schemas.topics import EVENTS, QUEUE, TRAJECTORIES
+from streams.pipeline import PipelineConfig, process_log
+from tests.builders import T0
+from tests.integration.test_streams_worker import prepared_log, stop, train_samples
+from tests.unit.streams.test_pipeline import rollout
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+WORKER = [sys.executable, "-m", "forge_rl.cli", "streams"]
+
+
+def log_part(first: int, count: int, offset_s: float):
+    """Rollouts ``first..first+count`` in groups of 4, all starting after ``offset_s``."""
+    from datetime import timedelta
+
+    rng = np.random.default_rng(first)
+    events, queue = [], []
+    for i in range(first, first + count):
+        start = offset_s + (i - first) * 0.5
+        rid, gid = f"r{i:03d}", f"g{i // 4}"
+        end = start + float(rng.lognormal(1.0, 0.5))
+        events.append(rollout(rid, gid, 4, i, start, end, outcome=float(i % 3 == 0)))
+        queue.append((i, QueueEntry(rid, gid, 4, T0 + timedelta(seconds=start))))
+    return events, queue
+
+
+def produce(kafka, names, events, queue) -> None:
+    producer = sync_producer(kafka)
+    for _, entry in queue:  # in order: the single partition's offsets are the queue indices
+        producer.send(names[QUEUE.name], codec.encode(entry), key=entry.rollout_id.encode())
+    for one in events:
+        for e in one:
+            producer.send(names[EVENTS.name], codec.encode(e), key=e.rollout_id.encode())
+    producer.flush()
+    producer.close()
+
+
+def expected(*parts):
+    events = [e for events, _ in parts for r in events for e in r]
+    queue = [q for _, queue in parts for q in queue]
+    return process_log(events, queue, [], PipelineConfig()).samples
+
+
+def start_worker(env, port: int | None = None):
+    env = {**env, "FORGE_STREAMS_WEB_PORT": str(port or free_port())}
+    return subprocess.Popen(WORKER, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+
+
+def wait_for(kafka, train, count: int, workers, timeout_s: float = 180) -> None:
+    deadline = time.monotonic() + timeout_s
+    while len(train_samples(kafka, train.name)) < count:
+        for w in workers:
+            assert w.poll() is None, w.stderr.read().decode()[-3000:]
+        assert time.monotonic() < deadline, f"forge.train never reached {count} samples"
+        time.sleep(0.5)
+    time.sleep(3)  # nothing more may come
+
+
+def trim_to_end(kafka, topic: str) -> None:
+    """Delete every record the topic holds now, as retention eventually would."""
+    consumer = sync_consumer(kafka)
+    try:
+        parts = [TopicPartition(topic, p) for p in consumer.partitions_for_topic(topic) or ()]
+        ends = consumer.end_offsets(parts)
+    finally:
+        consumer.close()
+    admin = admin_client(kafka, 30)
+    try:
+        admin.delete_records(ends)
+    finally:
+        admin.close()
+
+
+def test_restart_after_the_trajectories_lost_their_oldest_records(kafka, tmp_path):
+    names, _, train, _, env = prepared_log(kafka, tmp_path, 0, garbage=False)
+    env["FORGE_STREAMS_SINK"] = "false"
+    first_part, second_part = log_part(0, 24, 0.0), log_part(24, 24, 1000.0)
+    produce(kafka, names, *first_part)
+    worker = start_worker(env)
+    wait_for(kafka, train, len(expected(first_part)), [worker])
+    stop(worker)
+    trim_to_end(kafka, names[TRAJECTORIES.name])
+    produce(kafka, names, *second_part)
+    worker = start_worker(env)
+    try:
+        wait_for(kafka, train, len(expected(first_part, second_part)), [worker])
+    finally:
+        stop(worker)
+    assert train_samples(kafka, train.name) == expected(first_part, second_part)
+
+
+def test_two_workers_started_at_once_write_every_sample_once(kafka, tmp_path):
+    _, _, train, reference, env = prepared_log(kafka, tmp_path, 48, garbage=False)
+    env["FORGE_STREAMS_SINK"] = "false"
+    workers = [start_worker(env), start_worker(env)]
+    try:
+        wait_for(kafka, train, len(reference.samples), workers)
+    finally:
+        for w in workers:
+            stop(w)
+    assert train_samples(kafka, train.name) == reference.samples
+
+
+def test_a_zombie_sequencer_resumed_after_sigstop_writes_nothing(kafka, tmp_path):
+    names, _, train, _, env = prepared_log(kafka, tmp_path, 0, garbage=False)
+    env["FORGE_STREAMS_SINK"] = "false"
+    first_part, second_part = log_part(0, 24, 0.0), log_part(24, 24, 1000.0)
+    produce(kafka, names, *first_part)
+    zombie = start_worker(env)
+    wait_for(kafka, train, len(expected(first_part)), [zombie])
+    os.kill(zombie.pid, signal.SIGSTOP)
+    successor = start_worker(env)
+    try:
+        time.sleep(15)  # past the zombie's session: the successor holds every partition
+        produce(kafka, names, *second_part)
+        wait_for(kafka, train, len(expected(first_part, second_part)), [successor])
+        os.kill(zombie.pid, signal.SIGCONT)
+        time.sleep(15)  # the zombie's sequencer sees the new trajectories and tries to write
+        assert train_samples(kafka, train.name) == expected(first_part, second_part)
+    finally:
+        os.kill(zombie.pid, signal.SIGCONT)
+        stop(zombie)
+        stop(successor)
