@@ -79,6 +79,32 @@ TABLES: dict[str, str] = {
 (queries that must count exactly use FINAL). Sorted by time and policy version, the two axes
 every report slices by."""
 
+TRAIN_STEP_ADDED_COLUMNS: tuple[tuple[str, str], ...] = (
+    ("kl_mean", "Float64"),
+    ("kl_max", "Float64"),
+    ("ratio_mean", "Float64"),
+    ("ratio_std", "Float64"),
+    ("ratio_max", "Float64"),
+    ("newest_version_token_share", "Float64"),
+    ("kl_filtered_samples", "UInt32"),
+    ("wait_data_s", "Float64"),
+    ("tree_build_s", "Float64"),
+    ("forward_backward_s", "Float64"),
+    ("optimizer_s", "Float64"),
+    ("export_s", "Float64"),
+    ("checkpoint_s", "Float64"),
+)
+"""train_steps columns added after the table's first release (TrainStep fields with defaults):
+``ensure_tables`` adds them to a table created before them, so an old store keeps working."""
+
+MIGRATIONS: dict[str, str] = {
+    "train_steps": "ALTER TABLE train_steps "
+    + ", ".join(
+        f"ADD COLUMN IF NOT EXISTS {name} {kind}" for name, kind in TRAIN_STEP_ADDED_COLUMNS
+    ),
+}
+"""Idempotent DDL bringing a table created by an older release up to ``TABLES``."""
+
 
 class AnalyticsUnavailableError(ForgeError):
     """The store cannot be opened (for chDB: another process owns the directory)."""
@@ -108,8 +134,10 @@ def analytics_client(settings: InfraSettings, session: dict[str, Any] | None = N
 
 
 def ensure_tables(client: Client) -> None:
-    """Create the analytics tables if missing. Idempotent."""
+    """Create the analytics tables if missing, add columns an older table lacks. Idempotent."""
     for ddl in TABLES.values():
+        client.command(ddl)
+    for ddl in MIGRATIONS.values():
         client.command(ddl)
 
 

@@ -95,6 +95,9 @@ def save_tiny_policy(directory: Path, *, seed: int = 0) -> Path:
     """Write a tokenizer and a random tiny model that ``from_pretrained`` loads offline."""
     tokenizer = build_tokenizer()
     model = build_model(len(tokenizer), seed=seed)
+    for config in (model.config, model.generation_config):  # generation stops at <|im_end|>
+        config.eos_token_id = tokenizer.eos_token_id
+        config.pad_token_id = tokenizer.pad_token_id
     directory.mkdir(parents=True, exist_ok=True)
     tokenizer.save_pretrained(directory)
     model.save_pretrained(directory)

@@ -252,6 +252,25 @@ class TrainStep(Record):
     """Non-finite loss or gradient norm: weights, optimizer state and version unchanged."""
     dead_lettered: int = 0
     """Records read for this step's batch that went to forge.dlq instead."""
+    kl_mean: float = 0.0
+    """Mean per-token k3 = r - 1 - log r (r = π_θ/π_old): estimates KL(behaviour ‖ current)."""
+    kl_max: float = 0.0
+    ratio_mean: float = 0.0
+    """Importance weight r = π_θ/π_old over the trained completion tokens."""
+    ratio_std: float = 0.0
+    ratio_max: float = 0.0
+    newest_version_token_share: float = 0.0
+    """Share of trained completion tokens from the batch's newest policy version."""
+    kl_filtered_samples: int = 0
+    """Samples dropped before the loss by the KL filter."""
+    wait_data_s: float = 0.0
+    """Time split since the previous TrainStep (``trainer.timing``): waiting for samples, ..."""
+    tree_build_s: float = 0.0
+    forward_backward_s: float = 0.0
+    optimizer_s: float = 0.0
+    export_s: float = 0.0
+    """... and the export and checkpoint that followed the previous step."""
+    checkpoint_s: float = 0.0
 
 
 @dataclass(eq=False, slots=True)

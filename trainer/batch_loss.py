@@ -1,22 +1,35 @@
-"""Gradients of one batch: prefix-tree rows, each forward+backward on its own, CISPO.
+"""Gradients of one batch: prefix-tree rows, each forward+backward on its own, one policy loss.
 
 Rows are back-propagated one at a time so memory is bounded by one row, not the batch; each
 row's loss is normalised by the batch's completion-token total, so the accumulated gradient
 equals that of the whole batch's loss.
+
+With a KL threshold, samples whose mean per-token k3 KL(behaviour ‖ current) exceeds it are
+dropped before any loss: that needs every row's log-probs before the first backward (the
+normaliser counts only kept tokens), so a no-grad forward of the batch runs first and the kept
+calls are packed again. Diagnostics (``trainer.diagnostics``) cover the tokens trained on.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 
 from schemas.records import TrainSample
-from trainer.cispo import compute_cispo_loss
-from trainer.prefix_tree import pack_rows
+from trainer.diagnostics import (
+    RatioStats,
+    k3_kl,
+    newest_version_share,
+    ratio_stats,
+    samples_over_kl,
+)
+from trainer.losses import LossInputs, PolicyLoss
+from trainer.prefix_tree import PackedForest, pack_rows
 from trainer.sequences import CallSequence, call_sequences
+from trainer.timing import Stopwatch
 from trainer.tree_forward import tree_logprobs
 
 Backward = Callable[[torch.Tensor, bool], None]
@@ -34,23 +47,47 @@ class BatchStats:
     """Tokens actually packed (a prefix shared across rows counts once per row)."""
     completion_tokens: int
     rows: int
+    ratios: RatioStats = field(default_factory=RatioStats)
+    """Importance weights and k3 KL over the completion tokens trained on."""
+    newest_version_share: float = 0.0
+    """Share of those tokens sampled by the newest policy version among the batch's calls."""
+    kl_filtered_samples: int = 0
+    """Samples dropped by the KL filter before the loss."""
 
     @property
     def dedup_ratio(self) -> float:
         return self.tokens / max(self.unique_tokens, 1)
 
 
-def _row_part(
-    calls: Sequence[CallSequence],
-    ids: Sequence[int],
-    logprobs: Sequence[torch.Tensor],
-    eps_high: float,
-    total: int,
-):
+def _row_inputs(
+    calls: Sequence[CallSequence], ids: Sequence[int], logprobs: Sequence[torch.Tensor]
+) -> LossInputs:
     lp = torch.cat(list(logprobs))
     old = torch.cat([torch.from_numpy(calls[i].old_logprobs) for i in ids]).to(lp.device)
     adv = torch.cat([torch.full((calls[i].completion_len,), calls[i].advantage) for i in ids])
-    return compute_cispo_loss(lp, old, adv.to(lp.device), torch.ones_like(lp), eps_high, total)
+    return LossInputs(lp, old, adv.to(lp.device), torch.ones_like(lp))
+
+
+def _pack(calls: Sequence[CallSequence], max_row_tokens: int) -> list[PackedForest]:
+    return pack_rows([c.tokens for c in calls], max_row_tokens) if calls else []
+
+
+def _over_kl(
+    model: Any,
+    rows: Sequence[PackedForest],
+    calls: Sequence[CallSequence],
+    threshold: float,
+    use_flex: bool,
+) -> frozenset[str]:
+    """Sample ids over the KL threshold, from a no-grad forward of every row."""
+    per_call = []
+    with torch.no_grad():
+        for row in rows:
+            lps = tree_logprobs(model, row, calls, use_flex=use_flex)
+            for i, lp in zip(row.sequence_ids, lps, strict=True):
+                old = torch.from_numpy(calls[i].old_logprobs).to(lp.device)
+                per_call.append((calls[i].sample_id, k3_kl(lp, old)))
+    return samples_over_kl(per_call, threshold)
 
 
 def accumulate_batch_gradients(
@@ -58,27 +95,48 @@ def accumulate_batch_gradients(
     samples: Sequence[TrainSample],
     backward: Backward,
     *,
-    eps_high: float,
+    loss: PolicyLoss,
     max_row_tokens: int,
+    kl_filter_threshold: float | None = None,
     use_flex: bool = False,
+    watch: Stopwatch | None = None,
 ) -> BatchStats:
     """Forward and backward every packed row of the batch; the caller then steps."""
-    calls = call_sequences(samples)
+    watch = Stopwatch() if watch is None else watch
+    with watch.phase("tree_build"):
+        calls = call_sequences(samples)
+        rows = _pack(calls, max_row_tokens)
+    dropped: frozenset[str] = frozenset()
+    if kl_filter_threshold is not None and rows:
+        with watch.phase("forward_backward"):
+            dropped = _over_kl(model, rows, calls, kl_filter_threshold, use_flex)
+        if dropped:
+            with watch.phase("tree_build"):
+                calls = [c for c in calls if c.sample_id not in dropped]
+                rows = _pack(calls, max_row_tokens)
     total = sum(c.completion_len for c in calls)
-    rows = pack_rows([c.tokens for c in calls], max_row_tokens) if calls else []
-    loss = clip = 0.0
-    for n, row in enumerate(rows):
-        lps = tree_logprobs(model, row, calls, use_flex=use_flex)
-        part = _row_part(calls, row.sequence_ids, lps, eps_high, total)
-        backward(part.loss, n == len(rows) - 1)
-        loss += float(part.loss.detach())
-        clip += part.clip_fraction
+    loss_sum = clip = 0.0
+    ratios = RatioStats()
+    with watch.phase("forward_backward"):
+        for n, row in enumerate(rows):
+            lps = tree_logprobs(model, row, calls, use_flex=use_flex)
+            inputs = _row_inputs(calls, row.sequence_ids, lps)
+            part = loss(inputs, total)
+            backward(part.loss, n == len(rows) - 1)
+            loss_sum += float(part.loss.detach())
+            clip += part.clip_fraction
+            ratios = ratios.merge(ratio_stats(inputs.logprobs, inputs.old_logprobs))
     return BatchStats(
-        loss=loss,
+        loss=loss_sum,
         clip_fraction=clip,
         calls=len(calls),
         tokens=sum(int(c.tokens.shape[0]) for c in calls),
         unique_tokens=sum(r.num_tokens for r in rows),
         completion_tokens=total,
         rows=len(rows),
+        ratios=ratios,
+        newest_version_share=newest_version_share(
+            [c.policy_version for c in calls], [c.completion_len for c in calls]
+        ),
+        kl_filtered_samples=len(dropped),
     )

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
+from typing import Literal
 
 from pydantic import Field, ValidationInfo, field_validator, model_validator
 from pydantic_settings import SettingsConfigDict
@@ -38,8 +39,10 @@ class TrainerSettings(ForgeSettings):
     policy_topic: str | None = Field(
         default=None, description="PolicyUpdated records; default forge.policy, or <topic>.policy."
     )
-    base_model: Path | None = Field(
-        default=None, description="HF model dir of the initial policy; None builds the tiny one."
+    base_model: str | None = Field(
+        default=None,
+        description="Initial policy: a local Hugging Face model directory (relative to the "
+        "working directory) or a Hub id (org/name); None builds the tiny one in FORGE_HOME.",
     )
     checkpoint_dir: Path | None = Field(
         default=None,
@@ -54,7 +57,28 @@ class TrainerSettings(ForgeSettings):
     lr: float = Field(default=1e-4, gt=0)
     weight_decay: float = Field(default=0.0, ge=0)
     grad_clip: float = Field(default=1.0, gt=0)
+    loss: Literal["cispo", "tis", "icepop"] = Field(
+        default="cispo",
+        description="Policy-loss variant (formulas in trainer/losses.py): cispo clips the "
+        "importance weight r at 1+eps_high; tis truncates it at tis_cap; icepop zeroes tokens "
+        "whose r leaves [icepop_low, icepop_high].",
+    )
     eps_high: float = Field(default=2.0, gt=0, description="CISPO upper clip of the IS weight.")
+    tis_cap: float = Field(
+        default=2.0, ge=1.0, description="tis: cap C of the weight min(r, C) (Yao et al.: 2)."
+    )
+    icepop_low: float = Field(
+        default=0.5, gt=0, le=1.0, description="icepop: lower edge of the kept band of r."
+    )
+    icepop_high: float = Field(
+        default=5.0, ge=1.0, description="icepop: upper edge of the kept band of r."
+    )
+    kl_filter_threshold: float | None = Field(
+        default=None,
+        ge=0,
+        description="Drop, before the loss, every sample whose mean per-token k3 estimate of "
+        "KL(behaviour || current policy) exceeds this (costs one no-grad forward); None keeps all.",
+    )
     zero_stage: int = Field(default=0, ge=0, le=3)
     max_sequence_tokens: int = Field(
         default=4096,
@@ -69,6 +93,11 @@ class TrainerSettings(ForgeSettings):
     )
     use_flex: bool = Field(default=False, description="flex_attention tree mask (CUDA only).")
     device: str = Field(default="cpu", pattern=r"^(cpu|cuda(:\d+)?)$")
+    precision: Literal["fp32", "bf16", "fp16"] = Field(
+        default="fp32",
+        description="DeepSpeed mixed precision (fp32 master weights). bf16 also runs on CPU; "
+        "fp16 (dynamic loss scaling: an overflowing step is a skipped step) needs CUDA.",
+    )
     seed: int = 0
     poll_timeout_s: float = Field(default=1.0, gt=0)
     idle_exit_s: float | None = Field(
@@ -92,6 +121,13 @@ class TrainerSettings(ForgeSettings):
                 f"(max_sequence_tokens={longest}, its max_context_tokens): raise max_row_tokens"
             )
         return row
+
+    @field_validator("precision")
+    @classmethod
+    def _fp16_needs_cuda(cls, precision: str, info: ValidationInfo) -> str:
+        if precision == "fp16" and not str(info.data.get("device", "cpu")).startswith("cuda"):
+            raise ValueError("fp16 needs device=cuda (DeepSpeed has no fp16 on CPU): use bf16")
+        return precision
 
     @model_validator(mode="after")
     def _flex_needs_cuda(self) -> TrainerSettings:

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from schemas.records import TrainSample
 from trainer.config import TrainerSettings
+from trainer.timing import Stopwatch
 
 if TYPE_CHECKING:
     from trainer.batch_loss import BatchStats
@@ -38,6 +39,24 @@ def skip_cpu_shared_memory_op() -> None:
     deepspeed.ops.__compatible_ops__["deepspeed_shm_comm"] = False
 
 
+def deepspeed_config(settings: TrainerSettings) -> dict[str, Any]:
+    """The engine's config: one micro-batch per step (the loss accumulates a whole batch
+    itself), and bf16 or fp16 (dynamic loss scale) when the settings ask for them."""
+    config: dict[str, Any] = {
+        "train_micro_batch_size_per_gpu": 1,
+        "gradient_accumulation_steps": 1,
+        "gradient_clipping": settings.grad_clip,
+        "zero_optimization": {"stage": settings.zero_stage},
+        "steps_per_print": 2**31 - 1,
+        "wall_clock_breakdown": False,
+    }
+    if settings.precision == "bf16":
+        config["bf16"] = {"enabled": True}
+    elif settings.precision == "fp16":
+        config["fp16"] = {"enabled": True, "loss_scale": 0}
+    return config
+
+
 def deepspeed_engine(model: Any, settings: TrainerSettings) -> Any:
     single_process_env(settings.device)
     import deepspeed
@@ -48,14 +67,7 @@ def deepspeed_engine(model: Any, settings: TrainerSettings) -> Any:
     logging.getLogger("DeepSpeed").setLevel(logging.WARNING)
     if settings.device == "cpu" and os.environ.get("WORLD_SIZE") == "1":
         skip_cpu_shared_memory_op()
-    config = {
-        "train_micro_batch_size_per_gpu": 1,
-        "gradient_accumulation_steps": 1,
-        "gradient_clipping": settings.grad_clip,
-        "zero_optimization": {"stage": settings.zero_stage},
-        "steps_per_print": 2**31 - 1,
-        "wall_clock_breakdown": False,
-    }
+    config = deepspeed_config(settings)
     # ZeRO 1-3 skip a non-finite gradient themselves; ZeRO 0 needs the optimizer to refuse it.
     adamw = FiniteStepAdamW if settings.zero_stage == 0 else torch.optim.AdamW
     optimizer = adamw(model.parameters(), lr=settings.lr, weight_decay=settings.weight_decay)
@@ -76,7 +88,10 @@ def gathered_state_dict(engine: Any, zero_stage: int) -> dict[str, Any]:
 
 
 def train_batch(
-    engine: Any, samples: Sequence[TrainSample], settings: TrainerSettings
+    engine: Any,
+    samples: Sequence[TrainSample],
+    settings: TrainerSettings,
+    watch: Stopwatch | None = None,
 ) -> tuple[BatchStats, bool]:
     """Gradients of the whole batch, then one optimizer step; whether the step was applied.
 
@@ -86,6 +101,9 @@ def train_batch(
     import torch
 
     from trainer.batch_loss import accumulate_batch_gradients
+    from trainer.losses import select_loss
+
+    watch = Stopwatch() if watch is None else watch
 
     engine.train()
 
@@ -97,10 +115,19 @@ def train_batch(
         engine,
         samples,
         backward,
-        eps_high=settings.eps_high,
+        loss=select_loss(
+            settings.loss,
+            eps_high=settings.eps_high,
+            tis_cap=settings.tis_cap,
+            icepop_low=settings.icepop_low,
+            icepop_high=settings.icepop_high,
+        ),
         max_row_tokens=settings.max_row_tokens,
+        kl_filter_threshold=settings.kl_filter_threshold,
         use_flex=settings.use_flex,
+        watch=watch,
     )
-    engine.set_gradient_accumulation_boundary(True)
-    engine.step()
+    with watch.phase("optimizer"):
+        engine.set_gradient_accumulation_boundary(True)
+        engine.step()
     return stats, bool(engine.was_step_applied())

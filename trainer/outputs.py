@@ -27,7 +27,6 @@ class RunOutputs:
     metrics: TopicSpec
     policies: Path
     checkpoints: Path
-    base_model: Path
 
     @property
     def topics(self) -> tuple[TopicSpec, TopicSpec]:
@@ -68,7 +67,6 @@ def resolve_outputs(settings: TrainerSettings, home: Path) -> RunOutputs:
         metrics=dataclasses.replace(METRICS, name=settings.metrics_topic or metrics_name),
         policies=settings.policy_dir or policies,
         checkpoints=settings.checkpoint_dir or checkpoints,
-        base_model=settings.base_model or home / "policies" / "base",
     )
     if is_offline(settings.topic):
         refuse_live_outputs(settings.topic, outputs, home)

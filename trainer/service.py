@@ -28,26 +28,18 @@ from infra.kafka_clients import ensure_topics, sync_producer
 from schemas import codec
 from schemas.records import PolicyUpdated, TrainSample, TrainStep
 from schemas.topics import BY_NAME, METRICS, POLICY, derived_train_topic
+from trainer.base_model import load_base_model, resolve_base_model
 from trainer.batch_loss import BatchStats
 from trainer.config import TrainerSettings
 from trainer.distributed import deepspeed_engine, gathered_state_dict, train_batch
 from trainer.outputs import resolve_outputs
+from trainer.policy_export import base_assets, version_dir_name, write_policy_version
 from trainer.sample_check import check_sample
 from trainer.sample_source import SampleSource
+from trainer.step_record import train_step_record
+from trainer.timing import Stopwatch, device_synchronizer
 
 log = logging.getLogger(__name__)
-
-
-def load_base_model(directory: Path, seed: int, use_flex: bool) -> Any:
-    from transformers import AutoModelForCausalLM
-
-    if not (directory / "config.json").exists():
-        from infra.tiny_model import save_tiny_policy
-
-        save_tiny_policy(directory, seed=seed)
-    attention = "flex_attention" if use_flex else "sdpa"
-    model = AutoModelForCausalLM.from_pretrained(directory, attn_implementation=attention)
-    return model.float()
 
 
 def staleness(samples: list[TrainSample], version: int) -> tuple[float, int]:
@@ -64,12 +56,15 @@ class Trainer:
         self.settings = settings
         self.outputs = resolve_outputs(settings, home)
         torch.manual_seed(settings.seed)
-        model = load_base_model(self.outputs.base_model, settings.seed, settings.use_flex)
+        base = resolve_base_model(settings.base_model, home, seed=settings.seed)
+        self.base_assets = base_assets(base)  # tokenizer files etc. every version copies
+        model = load_base_model(base, use_flex=settings.use_flex)
         self.engine = deepspeed_engine(model.to(settings.device), settings)
         ensure_topics(bootstrap, self.outputs.topics, timeout_s=30)
         self.producer: KafkaProducer = sync_producer(bootstrap)
         self.step = 0
         self.version = 0
+        self.watch = Stopwatch(device_synchronizer(settings.device))
         start_offset = self._resume()
         spec = BY_NAME.get(settings.topic) or derived_train_topic(settings.topic)
         check = functools.partial(
@@ -95,30 +90,26 @@ class Trainer:
         taken = 0
         s = self.settings
         while s.max_steps is None or self.step < s.max_steps:
-            batch = self.source.next_batch(s.batch_size, s.poll_timeout_s, s.idle_exit_s)
+            with self.watch.phase("wait_data"):
+                batch = self.source.next_batch(s.batch_size, s.poll_timeout_s, s.idle_exit_s)
             if not batch.samples:
                 break
             started = time.perf_counter()
             stats, applied = self._train(batch.samples)
-            lag_mean, lag_max = staleness(batch.samples, self.version)
+            lag = staleness(batch.samples, self.version)
             self.step += 1
             self.version += int(applied)
-            record = TrainStep(
+            record = train_step_record(
                 step=self.step,
-                policy_version=self.version,
-                loss=stats.loss,
-                samples=len(batch.samples),
-                tokens=stats.tokens,
-                unique_tokens=stats.unique_tokens,
-                dedup_ratio=stats.dedup_ratio,
-                clip_fraction=stats.clip_fraction,
-                staleness_mean=lag_mean,
-                staleness_max=lag_max,
+                version=self.version,
+                samples=batch.samples,
+                stats=stats,
+                applied=applied,
+                lag=lag,
                 step_time_s=time.perf_counter() - started,
-                ts=datetime.now(UTC),
-                sample_ids=[x.sample_id for x in batch.samples],
-                skipped_nonfinite=not applied,
+                times=self.watch.lap(),
                 dead_lettered=batch.dead_lettered,
+                ts=datetime.now(UTC),
             )
             self._export_and_announce(record, batch.next_offset)
             taken += 1
@@ -127,7 +118,7 @@ class Trainer:
         return taken
 
     def _train(self, samples: list[TrainSample]) -> tuple[BatchStats, bool]:
-        stats, applied = train_batch(self.engine, samples, self.settings)
+        stats, applied = train_batch(self.engine, samples, self.settings, self.watch)
         if not applied:
             log.warning(
                 "step %d skipped: non-finite gradient (loss %s); weights untouched",
@@ -139,30 +130,28 @@ class Trainer:
         """A new policy version unless the step was skipped; with a step, its checkpoint."""
         records = []
         if record is None or not record.skipped_nonfinite:
-            records.append((POLICY.name, codec.encode(self._export_policy())))
+            with self.watch.phase("export"):
+                records.append((POLICY.name, codec.encode(self._export_policy())))
         if record is not None:
             records.insert(0, (METRICS.name, codec.encode(record)))
-            self.engine.save_checkpoint(
-                str(self.outputs.checkpoints),
-                tag=f"step{self.step:08d}",
-                client_state={
-                    "step": self.step,
-                    "version": self.version,
-                    "next_offset": next_offset,
-                    "records": records,
-                },
-            )
+            with self.watch.phase("checkpoint"):
+                self.engine.save_checkpoint(
+                    str(self.outputs.checkpoints),
+                    tag=f"step{self.step:08d}",
+                    client_state={
+                        "step": self.step,
+                        "version": self.version,
+                        "next_offset": next_offset,
+                        "records": records,
+                    },
+                )
             self._prune(self.outputs.checkpoints, "step")
         self._publish(records)
 
     def _export_policy(self) -> PolicyUpdated:
-        target = self.outputs.policies / f"v{self.version:06d}"
+        target = self.outputs.policies / version_dir_name(self.version)
         state = gathered_state_dict(self.engine, self.settings.zero_stage)
-        tmp = target.with_suffix(".tmp")
-        shutil.rmtree(tmp, ignore_errors=True)
-        self.engine.module.save_pretrained(tmp, state_dict=state)
-        shutil.rmtree(target, ignore_errors=True)
-        tmp.rename(target)
+        write_policy_version(self.engine.module, state, self.base_assets, target)
         self._prune(self.outputs.policies, "v")
         return PolicyUpdated(
             version=self.version,

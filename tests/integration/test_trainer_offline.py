@@ -7,6 +7,8 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from pathlib import Path
+from urllib.parse import urlparse
 
 import pytest
 from kafka import TopicPartition
@@ -20,6 +22,7 @@ from schemas.topics import DLQ, METRICS, POLICY, TopicSpec, derived_train_topic
 from tests.builders import train_sample
 from trainer.config import TrainerSettings
 from trainer.outputs import resolve_outputs
+from trainer.policy_export import missing_files
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -91,6 +94,7 @@ def test_an_offline_run_publishes_only_to_its_own_topics(kafka, fresh_topic, tmp
     assert [v.version for v in versions] == [0, 1]
     for v in versions:
         assert v.checkpoint_uri.startswith((tmp_path / "offline" / source.name).as_uri())
+        assert missing_files(Path(urlparse(v.checkpoint_uri).path)) == []  # self-contained HF dir
     (step,) = records(kafka, out.metrics)
     assert isinstance(step, TrainStep)
     assert step.sample_ids == ["rollout-0", "rollout-1"]

@@ -30,7 +30,6 @@ def test_the_live_input_publishes_to_the_live_topics_and_directories():
     assert out.policy == POLICY and out.metrics == METRICS
     assert out.policies == HOME / "policies"
     assert out.checkpoints == HOME / "trainer" / "checkpoints"
-    assert out.base_model == HOME / "policies" / "base"
 
 
 def test_a_replay_topic_publishes_to_topics_and_directories_named_after_it():
@@ -38,7 +37,6 @@ def test_a_replay_topic_publishes_to_topics_and_directories_named_after_it():
     assert (out.policy.name, out.metrics.name) == ("replay.v2.policy", "replay.v2.metrics")
     assert out.policies == HOME / "offline" / "replay.v2" / "policies"
     assert out.checkpoints == HOME / "offline" / "replay.v2" / "checkpoints"
-    assert out.base_model == HOME / "policies" / "base"  # read-only, shared
 
 
 def test_derived_topics_are_configured_like_the_live_ones():
@@ -48,7 +46,7 @@ def test_derived_topics_are_configured_like_the_live_ones():
         assert (derived.record, derived.partitions, derived.ordered) == (
             live.record, live.partitions, live.ordered,
         )  # fmt: skip
-    assert out.policy.configs["cleanup.policy"] == "compact"
+    assert out.policy.configs["retention.ms"] == "-1"
 
 
 @given(topic_names)
