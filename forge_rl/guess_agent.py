@@ -14,11 +14,16 @@ import re
 from typing import Any
 
 from openai import OpenAI
+from openai.types.chat import (
+    ChatCompletionAssistantMessageParam,
+    ChatCompletionMessageParam,
+    ChatCompletionToolParam,
+)
 
 from forge_rl.guess_task import feedback
 
 MODEL = os.environ.get("OPENAI_MODEL", "forge-policy")
-TOOLS = [
+TOOLS: list[ChatCompletionToolParam] = [
     {
         "type": "function",
         "function": {
@@ -47,7 +52,7 @@ def parse_guess(message: Any) -> int | None:
 
 
 def play(client: OpenAI, secret: int, max_turns: int) -> list[int | None]:
-    messages: list[dict[str, Any]] = [
+    messages: list[ChatCompletionMessageParam] = [
         {"role": "system", "content": SYSTEM},
         {"role": "user", "content": "Guess the digit."},
     ]
@@ -59,10 +64,13 @@ def play(client: OpenAI, secret: int, max_turns: int) -> list[int | None]:
         message = reply.choices[0].message
         guess = parse_guess(message)
         guesses.append(guess)
-        said: dict[str, Any] = {"role": "assistant", "content": message.content or ""}
+        said: ChatCompletionAssistantMessageParam = {
+            "role": "assistant",
+            "content": message.content or "",
+        }
         call_id = f"call_{turn}"
         if message.tool_calls:
-            said["tool_calls"] = [c.model_dump() for c in message.tool_calls]
+            said["tool_calls"] = [c.model_dump() for c in message.tool_calls]  # type: ignore[misc]
             call_id = message.tool_calls[0].id
         answer = feedback(secret, guess)
         messages += [said, {"role": "tool", "tool_call_id": call_id, "content": answer}]

@@ -86,7 +86,12 @@ def create_streams_app(
     trajectories = app.topic(settings.trajectories_topic, key_type=bytes, value_type=bytes)
     dlq = app.topic(DLQ.name, key_type=bytes, value_type=bytes)
     # Keys and values are bytes on both sides: a str key would not survive changelog recovery.
-    tables = {"default": bytes, "partitions": 4, "key_type": bytes, "value_type": bytes}
+    tables: dict[str, Any] = {
+        "default": bytes,
+        "partitions": 4,
+        "key_type": bytes,
+        "value_type": bytes,
+    }
     rollout_index, rollout_events, group_members, member_bundles, scored_groups = (
         app.Table(t, **tables) for t in TABLES
     )

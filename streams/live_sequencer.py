@@ -24,7 +24,7 @@ from typing import Any
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRebalanceListener, TopicPartition
 from aiokafka.errors import InvalidProducerEpoch, ProducerFenced
 
-from infra.kafka_clients import CONSUMER_LARGE, PRODUCER_DURABLE, sync_consumer
+from infra.kafka_clients import CONSUMER_LARGE, PRODUCER_DURABLE, Delivered, sync_consumer
 from infra.log_reader import LogRange, read_log
 from schemas import codec
 from schemas.errors import SchemaError
@@ -103,7 +103,7 @@ def emitted_indices(bootstrap: str, train_topic: str) -> frozenset[int]:
     spec = derived_train_topic(train_topic)
     return frozenset(
         d.record.queue_index for d in read_log(bootstrap, spec, LogRange())
-        if isinstance(d.record, TrainSample)
+        if isinstance(d, Delivered) and isinstance(d.record, TrainSample)
     )  # fmt: skip
 
 
