@@ -26,6 +26,7 @@ from gateway.engine import Engine
 from gateway.errors import GatewayError
 from gateway.event_log import EventSink
 from gateway.lifecycle import lifecycle_router
+from gateway.log_state import EventFollower, follow_queue_head
 from gateway.metrics import GatewayMetrics, MetricsMiddleware
 from gateway.openai_routes import ROLLOUT_PREFIX, openai_router
 from gateway.policy_follower import follow_policy
@@ -34,6 +35,8 @@ from gateway.responses import error_body
 from gateway.service import RolloutService
 
 log = logging.getLogger(__name__)
+RECOVERY_MARGIN_S = 60.0
+"""Read this much further back than the rollout timeout when rebuilding open rollouts."""
 
 
 def _error(status: int, message: str, kind: str, param: str | None = None) -> JSONResponse:
@@ -92,7 +95,8 @@ def _install_error_handlers(app: FastAPI) -> None:
 def create_app(
     settings: GatewaySettings, engine: Engine, events: EventSink, *, bootstrap: str | None = None
 ) -> FastAPI:
-    """The gateway app; ``bootstrap`` enables following forge.policy for weight sync."""
+    """The gateway app; ``bootstrap`` enables reading its state back from the log, following
+    forge.policy for weight sync and forge.metrics for admission."""
     metrics = GatewayMetrics()
     service = RolloutService(settings, engine, events, metrics)
     auth = Auth(settings.admin_key.get_secret_value(), service.rollouts)
@@ -102,15 +106,32 @@ def create_app(
         await events.start()
         await engine.start()
         tasks = [asyncio.create_task(_housekeeping(service), name="rollout-housekeeping")]
-        if bootstrap and settings.follow_policy:
-            follower = follow_policy(bootstrap, settings.policy_topic, service.on_policy)
-            tasks.append(asyncio.create_task(follower, name="policy"))
+        state = None
+        if bootstrap:
+            since_s = settings.rollout_timeout_s + RECOVERY_MARGIN_S
+            state = EventFollower(bootstrap, settings.events_topic, service.apply, since_s=since_s)
+            recovered = await state.recover()
+            await service.abort_unresumable()
+            log.info("read %d events back from the log", recovered)
+            if settings.replicas > 1:
+                auth.sync = state.sync
+                tasks.append(asyncio.create_task(state.follow(), name="replicas"))
+            if settings.follow_policy:
+                policy = follow_policy(bootstrap, settings.policy_topic, service.on_policy)
+                tasks.append(asyncio.create_task(policy, name="policy"))
+            if settings.active_buffer is not None:
+                head = follow_queue_head(
+                    bootstrap, settings.metrics_topic, service.admission.consumed_to
+                )
+                tasks.append(asyncio.create_task(head, name="queue-head"))
         try:
             yield
         finally:
             for task in tasks:
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
+            if state is not None:
+                await state.close()
             await engine.close()
             await events.close()
 

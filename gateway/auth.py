@@ -5,6 +5,7 @@ found by their hash (see ``rollouts``)."""
 from __future__ import annotations
 
 import secrets
+from collections.abc import Awaitable, Callable
 
 from fastapi import Request
 
@@ -16,6 +17,8 @@ class Auth:
     def __init__(self, admin_key: str, rollouts: RolloutRegistry) -> None:
         self._admin_key = admin_key.encode()
         self.rollouts = rollouts
+        self.sync: Callable[[], Awaitable[None]] | None = None
+        """With several replicas: wait until every acknowledged event has been applied."""
 
     def _token(self, request: Request) -> str:
         scheme, _, token = request.headers.get("authorization", "").partition(" ")
@@ -37,10 +40,12 @@ class Auth:
         if not self._is_admin(token) and self.rollouts.id_for_key(token) is None:
             raise AuthenticationError("invalid API key")
 
-    def rollout(self, request: Request) -> Rollout:
+    async def rollout(self, request: Request) -> Rollout:
         """Dependency: the rollout a request acts on (path, X-Forge-Rollout header, or the
         key's own rollout), which the key may act on."""
         token = self._token(request)
+        if self.sync is not None:
+            await self.sync()
         is_admin = self._is_admin(token)
         key_rollout = None if is_admin else self.rollouts.id_for_key(token)
         if not is_admin and key_rollout is None:
@@ -62,4 +67,4 @@ class Auth:
     async def open_rollout(self, request: Request) -> Rollout:
         """Dependency: as ``rollout``, and still running. (Dependencies are coroutines:
         FastAPI would run plain functions in a thread pool, ~1 ms a request.)"""
-        return self.rollouts.open(self.rollout(request).rollout_id)
+        return self.rollouts.open((await self.rollout(request)).rollout_id)

@@ -9,7 +9,7 @@ from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import SettingsConfigDict
 
 from infra.settings import ForgeSettings
-from schemas.topics import EVENTS, POLICY, QUEUE
+from schemas.topics import EVENTS, METRICS, POLICY, QUEUE
 
 INSECURE_KEYS = {"", "changeme", "admin", "secret", "password"}
 
@@ -43,6 +43,24 @@ class GatewaySettings(ForgeSettings):
         default=256, ge=0, description="Model calls waiting beyond that; more get 429."
     )
     max_signals_per_rollout: int = Field(default=4096, ge=1)
+    replicas: int = Field(
+        default=1,
+        ge=1,
+        description="Gateways on this broker; with more than one each follows forge.events and "
+        "has read every acknowledged event of a rollout before it serves the rollout.",
+    )
+    admission_staleness_steps: int | None = Field(
+        default=None,
+        ge=0,
+        description="S: admit new groups only while fewer than (S+1)*P queued rollouts are not "
+        "yet consumed by the trainer (429 + Retry-After beyond). None: no bound.",
+    )
+    admission_samples_per_step: int = Field(
+        default=8, ge=1, description="P: the trainer's batch size (samples per step)."
+    )
+    max_active_rollouts: int | None = Field(
+        default=None, ge=1, description="The active-buffer bound itself; default (S+1)*P."
+    )
     default_max_tokens: int = Field(default=256, ge=1)
     rollout_timeout_s: float = Field(default=600.0, gt=0)
     max_body_bytes: int = Field(default=8 * 1024 * 1024, ge=1024)
@@ -50,6 +68,9 @@ class GatewaySettings(ForgeSettings):
     events_topic: str = EVENTS.name
     queue_topic: str = QUEUE.name
     policy_topic: str = POLICY.name
+    metrics_topic: str = Field(
+        default=METRICS.name, description="TrainSteps: the trainer's queue head, for admission."
+    )
     follow_policy: bool = Field(default=True, description="Load each PolicyUpdated as it arrives.")
 
     @field_validator("admin_key")
@@ -59,6 +80,12 @@ class GatewaySettings(ForgeSettings):
         if secret.lower() in INSECURE_KEYS or len(secret) < 16:
             raise ValueError("must be at least 16 characters and not a well-known default")
         return value
+
+    @property
+    def active_buffer(self) -> int | None:
+        if self.max_active_rollouts is not None or self.admission_staleness_steps is None:
+            return self.max_active_rollouts
+        return (self.admission_staleness_steps + 1) * self.admission_samples_per_step
 
     @model_validator(mode="after")
     def _default_public_url(self) -> GatewaySettings:

@@ -33,6 +33,8 @@ class CallRecord:
     """Prompt + completion tokens of this choice."""
     conversation: tuple[Any, ...] | None
     """Normalised chat messages of the request plus this choice's answer (chat calls only)."""
+    event_id: str = ""
+    """Its ModelResponse's event id, for a call read from the log (so a void can drop it)."""
 
 
 @dataclass(frozen=True)

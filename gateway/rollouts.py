@@ -1,8 +1,11 @@
-"""The rollouts this gateway serves (in memory; the log holds the truth).
+"""The rollouts this gateway serves: in memory, a projection of forge.events.
 
-Keys are looked up by their SHA-256, never compared as strings, so lookup time says nothing
-about how much of a guessed key was right; the admin key is compared with
-``secrets.compare_digest``.
+The gateway writes each rollout's events and applies them here at once; ``apply`` folds in
+events read back from the log — at start-up after a crash, and from other replicas — so any
+gateway on the broker can serve any rollout with its key, delta chain, group and deadline.
+Events carry the SHA-256 of a rollout's key, never the key. Keys are looked up by that hash,
+never compared as strings, so lookup time says nothing about how much of a guessed key was
+right; the admin key is compared with ``secrets.compare_digest``.
 """
 
 from __future__ import annotations
@@ -12,14 +15,28 @@ import secrets
 import time
 import uuid
 from collections import deque
+from collections.abc import Iterable
 from dataclasses import dataclass, field
+from datetime import datetime
+
+import numpy as np
 
 from gateway.errors import RolloutClosedError, RolloutNotFoundError
 from gateway.recorder import RECENT_CALLS, CallRecord
+from schemas.records import (
+    Envelope,
+    EventsVoided,
+    ModelRequest,
+    ModelResponse,
+    ProcessSignal,
+    RolloutAborted,
+    RolloutFinished,
+    RolloutStarted,
+)
 
 
-def key_hash(api_key: str) -> bytes:
-    return hashlib.sha256(api_key.encode()).digest()
+def key_hash(api_key: str) -> str:
+    return hashlib.sha256(api_key.encode()).hexdigest()
 
 
 @dataclass
@@ -29,31 +46,40 @@ class Rollout:
     group_id: str
     group_size: int
     started: float
+    """time.monotonic() of its start (for the timeout)."""
+    queue_index: int = -1
     status: str = "running"
+    closed: float | None = None
     signals: int = 0
     """Process signals accepted so far (bounded per rollout)."""
     recent: deque[CallRecord] = field(default_factory=lambda: deque(maxlen=RECENT_CALLS))
     voided: list[str] = field(default_factory=list)
     """Ids of events answered 503 that may still reach the log: voided before the next write."""
+    seen: set[str] = field(default_factory=set)
+    """Ids of the events already applied (its own writes included)."""
+    requests: dict[str, ModelRequest] = field(default_factory=dict)
+    """Requests read from the log, until their responses arrive."""
+
+    def close(self, status: str) -> None:
+        self.status, self.closed = status, time.monotonic()
+        self.recent.clear()
+        self.requests.clear()
 
 
 class RolloutRegistry:
     def __init__(self, timeout_s: float) -> None:
         self.timeout_s = timeout_s
         self._by_id: dict[str, Rollout] = {}
-        self._by_key: dict[bytes, str] = {}
+        self._by_key: dict[str, str] = {}
+        self.unresumable: dict[str, str] = {}
+        """Rollouts seen in the log that cannot be served here, with the reason."""
 
     def create(self, task_id: str, group_id: str | None, group_size: int) -> tuple[Rollout, str]:
         """A new running rollout and its API key (handed out once, kept only as a hash)."""
         rollout_id = uuid.uuid4().hex
         api_key = f"fr-{secrets.token_urlsafe(24)}"
-        rollout = Rollout(
-            rollout_id=rollout_id,
-            task_id=task_id,
-            group_id=group_id or rollout_id,
-            group_size=group_size,
-            started=time.monotonic(),
-        )
+        rollout = Rollout(rollout_id, task_id, group_id or rollout_id, group_size,
+                          time.monotonic())  # fmt: skip
         self._by_id[rollout_id] = rollout
         self._by_key[key_hash(api_key)] = rollout_id
         return rollout, api_key
@@ -84,3 +110,77 @@ class RolloutRegistry:
             for r in self._by_id.values()
             if r.status == "running" and now - r.started > self.timeout_s
         ]
+
+    def prune(self, now: float) -> None:
+        """Forget rollouts closed more than a timeout ago: a week-long run stays bounded."""
+        for r in [r for r in self._by_id.values() if r.closed and now - r.closed > self.timeout_s]:
+            self.forget(r.rollout_id)
+
+    def running(self) -> Iterable[Rollout]:
+        return (r for r in self._by_id.values() if r.status == "running")
+
+    # --- the projection of forge.events -------------------------------------------------------
+
+    def apply(self, envelope: Envelope, now_wall: datetime, now_mono: float) -> None:
+        """Fold one event read from the log into the rollout it names (idempotent)."""
+        rid, payload = envelope.rollout_id, envelope.payload
+        rollout = self._by_id.get(rid)
+        if rollout is None:
+            if isinstance(payload, RolloutStarted):
+                self._adopt(rid, payload, envelope.ts, now_wall, now_mono)
+            elif isinstance(payload, RolloutFinished | RolloutAborted):
+                self.unresumable.pop(rid, None)
+            else:
+                self.unresumable.setdefault(rid, "its RolloutStarted is not in the log read")
+            return
+        if envelope.event_id in rollout.seen:
+            return
+        rollout.seen.add(envelope.event_id)
+        if isinstance(payload, ModelRequest):
+            rollout.requests[payload.call_id] = payload
+        elif isinstance(payload, ModelResponse):
+            self._add_call(rollout, payload, envelope.event_id)
+        elif isinstance(payload, ProcessSignal):
+            rollout.signals += 1
+        elif isinstance(payload, RolloutFinished | RolloutAborted):
+            rollout.close("finished" if isinstance(payload, RolloutFinished) else "aborted")
+        elif isinstance(payload, EventsVoided):
+            voided = set(payload.event_ids)
+            kept = [c for c in rollout.recent if c.event_id not in voided]
+            rollout.recent.clear()
+            rollout.recent.extend(kept)
+
+    def _adopt(
+        self, rid: str, started: RolloutStarted, ts: datetime, now_wall: datetime, now_mono: float
+    ) -> None:
+        if not started.key_hash:
+            self.unresumable[rid] = "its RolloutStarted carries no key hash (an older gateway)"
+            return
+        age = max(0.0, (now_wall - ts).total_seconds())
+        rollout = Rollout(rid, started.task_id, started.group_id, started.group_size,
+                          now_mono - age, started.queue_index)  # fmt: skip
+        self._by_id[rid] = rollout
+        self._by_key[started.key_hash] = rid
+        self.unresumable.pop(rid, None)
+
+    def _add_call(self, rollout: Rollout, response: ModelResponse, event_id: str) -> None:
+        """A call another gateway served (or this one before a restart) becomes a parent
+        candidate, so the delta chain goes on. Its messages are not in the log: no drift check
+        against it."""
+        request = rollout.requests.get(response.call_id)
+        if request is None:
+            return
+        prefix = np.empty(0, dtype=np.int32)
+        if request.parent_call_id is not None:
+            parent = next(
+                (c for c in rollout.recent if c.call_id == request.parent_call_id
+                 and c.choice_index == request.parent_choice_index),
+                None,
+            )  # fmt: skip
+            if parent is None:
+                return  # its parent fell out of the window: later calls simply share less
+            prefix = parent.sequence[: request.shared_prefix_len]
+        sequence = np.concatenate([prefix, request.prompt_token_ids, response.completion_token_ids])
+        rollout.recent.append(
+            CallRecord(response.call_id, response.choice_index, sequence, None, event_id)
+        )

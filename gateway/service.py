@@ -21,15 +21,17 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+from gateway.admission import ActiveBuffer
 from gateway.config import GatewaySettings
 from gateway.engine import Engine, Generation
-from gateway.errors import EventLogUnavailableError, InvalidRequestError
+from gateway.errors import EventLogUnavailableError, InvalidRequestError, OverloadedError
 from gateway.event_log import EventSink
 from gateway.limits import GenerationLimiter
 from gateway.metrics import GatewayMetrics
 from gateway.recorder import CallInput, envelopes, record_call
-from gateway.rollouts import Rollout, RolloutRegistry
+from gateway.rollouts import Rollout, RolloutRegistry, key_hash
 from schemas.records import (
+    Envelope,
     Event,
     EventsVoided,
     PolicyUpdated,
@@ -63,6 +65,7 @@ class RolloutService:
         self.events = events
         self.metrics = metrics
         self.rollouts = RolloutRegistry(settings.rollout_timeout_s)
+        self.admission = ActiveBuffer(settings.active_buffer)
         self.limiter = GenerationLimiter(
             settings.max_concurrent_generations, settings.max_queued_generations
         )
@@ -73,7 +76,13 @@ class RolloutService:
     async def start(
         self, task_id: str, group_id: str | None, group_size: int, metadata: dict[str, str]
     ) -> tuple[Rollout, str]:
-        """A new rollout and its API key, its RolloutStarted stored."""
+        """A new rollout and its API key, its RolloutStarted stored; 429 while the active buffer
+        is full (a new group only: a group admitted is admitted whole)."""
+        if not self.admission.admits(group_id or "", group_size):
+            raise OverloadedError(
+                f"the active buffer holds {self.admission.active} rollouts the trainer has not "
+                "consumed; retry later"
+            )
         rollout, api_key = self.rollouts.create(task_id, group_id, group_size)
         entry = QueueEntry(rollout.rollout_id, rollout.group_id, group_size, datetime.now(UTC))
         started = RolloutStarted(
@@ -82,15 +91,17 @@ class RolloutService:
             group_size=group_size,
             policy_version=self.engine.policy_version,
             metadata=metadata,
+            key_hash=key_hash(api_key),
         )
         try:
-            started.queue_index = await self.events.enqueue(entry)
+            started.queue_index = rollout.queue_index = await self.events.enqueue(entry)
             await self._append(rollout, [started])
         except EventLogUnavailableError as exc:
             self.rollouts.forget(rollout.rollout_id)
             if started.queue_index >= 0 or exc.pending is not None:
                 self._failed_starts.append(_FailedStart(rollout.rollout_id, started, exc.pending))
             raise
+        self.admission.queued(started.queue_index, rollout.group_id)
         return rollout, api_key
 
     async def signal(self, rollout: Rollout, signals: Sequence[ProcessSignal]) -> None:
@@ -102,16 +113,34 @@ class RolloutService:
 
     async def close(self, rollout: Rollout, event: Event, status: str) -> None:
         await self._append(rollout, [event])
-        rollout.status = status
-        rollout.recent.clear()
+        rollout.close(status)
         self.metrics.rollouts.labels(status).inc()
 
     async def abort_expired(self) -> None:
-        for rollout in self.rollouts.expired(time.monotonic()):
+        now = time.monotonic()
+        for rollout in self.rollouts.expired(now):
             try:
                 await self.close(rollout, RolloutAborted(reason="timeout"), "aborted")
             except EventLogUnavailableError:
                 log.warning("could not abort %s yet", rollout.rollout_id)
+        self.rollouts.prune(now)
+
+    def apply(self, envelope: Envelope) -> None:
+        """An event read back from the log (after a restart, or another replica's)."""
+        self.rollouts.apply(envelope, datetime.now(UTC), time.monotonic())
+        payload = envelope.payload
+        if isinstance(payload, RolloutStarted) and payload.queue_index >= 0:
+            self.admission.queued(payload.queue_index, payload.group_id)
+
+    async def abort_unresumable(self) -> None:
+        """Rollouts found open in the log that this gateway cannot serve end with the reason."""
+        for rollout_id, why in list(self.rollouts.unresumable.items()):
+            aborted = RolloutAborted(reason=f"not resumable after a gateway restart: {why}")
+            try:
+                await self.events.append(envelopes(rollout_id, [aborted]))
+            except EventLogUnavailableError:
+                continue
+            del self.rollouts.unresumable[rollout_id]
 
     async def resolve_failed_starts(self) -> None:
         """Close every failed start whose queue index is known (see the module docstring)."""
@@ -180,3 +209,4 @@ class RolloutService:
             rollout.voided.extend(e.event_id for e in batch[len(voids) :])
             raise
         rollout.voided.clear()
+        rollout.seen.update(e.event_id for e in batch)

@@ -14,7 +14,7 @@ from typing import Any
 
 import kafka
 import kafka.errors
-from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from kafka.admin import KafkaAdminClient
 
 from schemas import codec
@@ -90,6 +90,19 @@ def sync_producer(bootstrap: str, **overrides: Any) -> kafka.KafkaProducer:
 
 def sync_consumer(bootstrap: str, **overrides: Any) -> kafka.KafkaConsumer:
     return kafka.KafkaConsumer(bootstrap_servers=bootstrap, **{**CONSUMER_LARGE, **overrides})
+
+
+def topic_partitions(bootstrap: str, topics: tuple[str, ...]) -> list[TopicPartition]:
+    """Every partition of ``topics`` (aiokafka's metadata can lag behind new topics)."""
+    probe = sync_consumer(bootstrap)
+    try:
+        return [
+            TopicPartition(topic, p)
+            for topic in topics
+            for p in sorted(probe.partitions_for_topic(topic) or ())
+        ]
+    finally:
+        probe.close()
 
 
 def async_consumer(bootstrap: str, *topics: str, **overrides: Any) -> AIOKafkaConsumer:

@@ -59,6 +59,7 @@ class RolloutStarted(Record):
     policy_version: int
     metadata: dict[str, str] = field(default_factory=dict)
     queue_index: int = -1
+    key_hash: str = ""
 
 
 @dataclass(eq=False, slots=True)
@@ -271,6 +272,7 @@ class TrainStep(Record):
     export_s: float = 0.0
     """... and the export and checkpoint that followed the previous step."""
     checkpoint_s: float = 0.0
+    queue_head: int = -1
 
 
 @dataclass(eq=False, slots=True)

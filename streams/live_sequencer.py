@@ -21,10 +21,10 @@ import logging
 import time
 from typing import Any
 
-from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRebalanceListener, TopicPartition
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRebalanceListener
 from aiokafka.errors import InvalidProducerEpoch, ProducerFenced
 
-from infra.kafka_clients import CONSUMER_LARGE, PRODUCER_DURABLE, Delivered, sync_consumer
+from infra.kafka_clients import CONSUMER_LARGE, PRODUCER_DURABLE, Delivered, topic_partitions
 from infra.log_reader import LogRange, read_log
 from schemas import codec
 from schemas.errors import SchemaError
@@ -135,7 +135,7 @@ async def _sequence(
         )
         await consumer.start()
         topics = (settings.queue_topic, settings.trajectories_topic, settings.policy_topic)
-        partitions = await asyncio.to_thread(_all_partitions, bootstrap, topics)
+        partitions = await asyncio.to_thread(topic_partitions, bootstrap, topics)
         consumer.assign(partitions)
         await consumer.seek_to_beginning(*partitions)
         caught_up = False
@@ -169,19 +169,6 @@ async def _sequence(
     finally:
         await consumer.stop()
         await producer.stop()
-
-
-def _all_partitions(bootstrap: str, topics: tuple[str, ...]) -> list[TopicPartition]:
-    """Every partition of ``topics`` (aiokafka's metadata can lag behind new topics)."""
-    probe = sync_consumer(bootstrap)
-    try:
-        return [
-            TopicPartition(topic, p)
-            for topic in topics
-            for p in sorted(probe.partitions_for_topic(topic) or ())
-        ]
-    finally:
-        probe.close()
 
 
 def _add_fact(

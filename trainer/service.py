@@ -5,6 +5,12 @@ the consumer offset and this step's records → publish them. A restart loads th
 re-publishes its records (consumers are idempotent on step and version) and resumes at the
 stored offset, so no sample is skipped or trained twice.
 
+Under a launcher with N data-parallel ranks every rank runs this same loop on the same batches:
+rank 0 alone reads the topic (``shared_source``) and alone exports, prunes and publishes; the
+rows of each step are spread over the ranks (``data_parallel``); checkpoints are saved by every
+rank and committed by rank 0 once all are written (``checkpoints``), so a kill of any rank
+resumes like a kill of the one.
+
 A sample that cannot be trained goes to forge.dlq while the batch is read (``sample_check``);
 a step whose gradient is non-finite leaves weights and optimizer state untouched (``finite_step``)
 and is published as a TrainStep with ``skipped_nonfinite`` and no new policy version. Where a
@@ -30,12 +36,20 @@ from schemas.records import PolicyUpdated, TrainSample, TrainStep
 from schemas.topics import BY_NAME, METRICS, POLICY, derived_train_topic
 from trainer.base_model import load_base_model, resolve_base_model
 from trainer.batch_loss import BatchStats
+from trainer.checkpoints import load_latest_checkpoint, save_checkpoint, step_tag
 from trainer.config import TrainerSettings
-from trainer.distributed import deepspeed_engine, gathered_state_dict, train_batch
+from trainer.distributed import (
+    deepspeed_engine,
+    gathered_state_dict,
+    process_ranks,
+    rank_device,
+    train_batch,
+)
 from trainer.outputs import resolve_outputs
 from trainer.policy_export import base_assets, version_dir_name, write_policy_version
 from trainer.sample_check import check_sample
 from trainer.sample_source import SampleSource
+from trainer.shared_source import SharedBatches
 from trainer.step_record import train_step_record
 from trainer.timing import Stopwatch, device_synchronizer
 
@@ -59,28 +73,38 @@ class Trainer:
         base = resolve_base_model(settings.base_model, home, seed=settings.seed)
         self.base_assets = base_assets(base)  # tokenizer files etc. every version copies
         model = load_base_model(base, use_flex=settings.use_flex)
-        self.engine = deepspeed_engine(model.to(settings.device), settings)
-        ensure_topics(bootstrap, self.outputs.topics, timeout_s=30)
-        self.producer: KafkaProducer = sync_producer(bootstrap)
+        device = rank_device(settings.device)
+        self.engine = deepspeed_engine(model.to(device), settings)
+        self.ranks = process_ranks()
+        self.lead = self.ranks.rank == 0  # reads, exports, prunes and publishes
+        self.producer: KafkaProducer | None = None
+        if self.lead:
+            ensure_topics(bootstrap, self.outputs.topics, timeout_s=30)
+            self.producer = sync_producer(bootstrap)
         self.step = 0
         self.version = 0
-        self.watch = Stopwatch(device_synchronizer(settings.device))
+        self.queue_head = -1
+        self.watch = Stopwatch(device_synchronizer(device))
         start_offset = self._resume()
-        spec = BY_NAME.get(settings.topic) or derived_train_topic(settings.topic)
-        check = functools.partial(
-            check_sample, max_tokens=settings.max_row_tokens, vocab_size=model.config.vocab_size
-        )
-        self.source = SampleSource(
-            bootstrap, spec, self.producer, start_offset=start_offset, check=check
-        )
+        source = None
+        if self.producer is not None:
+            spec = BY_NAME.get(settings.topic) or derived_train_topic(settings.topic)
+            check = functools.partial(
+                check_sample, max_tokens=settings.max_row_tokens, vocab_size=model.config.vocab_size
+            )
+            source = SampleSource(
+                bootstrap, spec, self.producer, start_offset=start_offset, check=check
+            )
+        self.source = SharedBatches(source, self.ranks)
 
     def _resume(self) -> int:
-        if not (self.outputs.checkpoints / "latest").exists():
+        client_state = load_latest_checkpoint(self.engine, self.outputs.checkpoints, self.ranks)
+        if client_state is None:
             self._export_and_announce(None)
             return 0
-        _, client_state = self.engine.load_checkpoint(str(self.outputs.checkpoints))
         self.step = int(client_state["step"])
         self.version = int(client_state["version"])
+        self.queue_head = int(client_state.get("queue_head", -1))
         self._publish(client_state["records"])
         log.info("resumed at step %d, offset %d", self.step, client_state["next_offset"])
         return int(client_state["next_offset"])
@@ -109,8 +133,10 @@ class Trainer:
                 step_time_s=time.perf_counter() - started,
                 times=self.watch.lap(),
                 dead_lettered=batch.dead_lettered,
+                queue_head=self.queue_head,
                 ts=datetime.now(UTC),
             )
+            self.queue_head = record.queue_head
             self._export_and_announce(record, batch.next_offset)
             taken += 1
             if on_step is not None:
@@ -118,7 +144,7 @@ class Trainer:
         return taken
 
     def _train(self, samples: list[TrainSample]) -> tuple[BatchStats, bool]:
-        stats, applied = train_batch(self.engine, samples, self.settings, self.watch)
+        stats, applied = train_batch(self.engine, samples, self.settings, self.watch, self.ranks)
         if not applied:
             log.warning(
                 "step %d skipped: non-finite gradient (loss %s); weights untouched",
@@ -131,26 +157,33 @@ class Trainer:
         records = []
         if record is None or not record.skipped_nonfinite:
             with self.watch.phase("export"):
-                records.append((POLICY.name, codec.encode(self._export_policy())))
+                policy = self._export_policy()
+            if policy is not None:
+                records.append((POLICY.name, codec.encode(policy)))
         if record is not None:
             records.insert(0, (METRICS.name, codec.encode(record)))
             with self.watch.phase("checkpoint"):
-                self.engine.save_checkpoint(
-                    str(self.outputs.checkpoints),
-                    tag=f"step{self.step:08d}",
-                    client_state={
-                        "step": self.step,
-                        "version": self.version,
-                        "next_offset": next_offset,
-                        "records": records,
-                    },
+                state = {
+                    "step": self.step,
+                    "version": self.version,
+                    "queue_head": self.queue_head,
+                    "next_offset": next_offset,
+                    "records": records,
+                }
+                save_checkpoint(
+                    self.engine, self.outputs.checkpoints, step_tag(self.step), state, self.ranks
                 )
             self._prune(self.outputs.checkpoints, "step")
         self._publish(records)
 
-    def _export_policy(self) -> PolicyUpdated:
-        target = self.outputs.policies / version_dir_name(self.version)
+    def _export_policy(self) -> PolicyUpdated | None:
+        """Rank 0 writes the version; under ZeRO-3 every rank joins gathering the weights."""
+        if not self.lead and self.settings.zero_stage < 3:
+            return None
         state = gathered_state_dict(self.engine, self.settings.zero_stage)
+        if not self.lead:
+            return None
+        target = self.outputs.policies / version_dir_name(self.version)
         write_policy_version(self.engine.module, state, self.base_assets, target)
         self._prune(self.outputs.policies, "v")
         return PolicyUpdated(
@@ -161,11 +194,15 @@ class Trainer:
         )
 
     def _prune(self, directory: Path, prefix: str) -> None:
+        if not self.lead:
+            return
         kept = sorted(p for p in directory.glob(f"{prefix}*") if p.is_dir())
         for old in kept[: -self.settings.keep_policies]:
             shutil.rmtree(old, ignore_errors=True)
 
     def _publish(self, records: list[tuple[str, bytes]]) -> None:
+        if self.producer is None:
+            return
         topics = {METRICS.name: self.outputs.metrics.name, POLICY.name: self.outputs.policy.name}
         futures = [
             self.producer.send(topics[name], value, key=b"policy" if name == POLICY.name else None)
@@ -176,4 +213,5 @@ class Trainer:
 
     def close(self) -> None:
         self.source.close()
-        self.producer.close()
+        if self.producer is not None:
+            self.producer.close()

@@ -20,10 +20,12 @@ def train_step_record(
     step_time_s: float,
     times: StepTimes,
     dead_lettered: int,
+    queue_head: int,
     ts: datetime,
 ) -> TrainStep:
     """``version``: the policy after the step; ``lag``: staleness (mean, max) of ``samples``
-    against the policy trained; ``times``: the stopwatch's lap at this record."""
+    against the policy trained; ``times``: the stopwatch's lap at this record; ``queue_head``:
+    one past the highest queue index trained so far (the gateway's admission reads it)."""
     return TrainStep(
         step=step,
         policy_version=version,
@@ -53,4 +55,5 @@ def train_step_record(
         optimizer_s=times.optimizer,
         export_s=times.export,
         checkpoint_s=times.checkpoint,
+        queue_head=max([queue_head, *(x.queue_index + 1 for x in samples)]),
     )

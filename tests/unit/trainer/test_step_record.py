@@ -22,7 +22,7 @@ def test_every_measurement_lands_in_its_field_and_survives_the_codec():
     samples = [train_sample(0), train_sample(1)]
     record = train_step_record(step=3, version=3, samples=samples, stats=stats, applied=True,
                                lag=(0.5, 1), step_time_s=2.5, times=times, dead_lettered=2,
-                               ts=T0)  # fmt: skip
+                               queue_head=1, ts=T0)  # fmt: skip
     assert (record.kl_mean, record.kl_max) == (0.05, 0.12)
     assert (record.ratio_mean, record.ratio_std, record.ratio_max) == (1.1, 0.1, 1.4)
     assert record.newest_version_token_share == 0.75
@@ -31,4 +31,5 @@ def test_every_measurement_lands_in_its_field_and_survives_the_codec():
     assert (record.optimizer_s, record.export_s, record.checkpoint_s) == (0.3, 0.4, 0.5)
     assert (record.dedup_ratio, record.staleness_mean, record.staleness_max) == (3.0, 0.5, 1)
     assert record.sample_ids == ["rollout-0", "rollout-1"] and not record.skipped_nonfinite
+    assert record.queue_head == 2  # one past the highest queue index trained so far
     assert codec.decode(codec.encode(record), TrainStep) == record
