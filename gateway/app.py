@@ -47,11 +47,12 @@ _TYPE_TAGS = {"str", "int", "float", "bool", "list", "dict", "none", "json-or-py
 
 
 def _field_path(loc: tuple[Any, ...]) -> str | None:
-    """``("body", "stop", "constrained-str")`` -> ``"stop"``: union-member tags dropped."""
+    """``("body", "stop", "constrained-str")`` -> ``"stop"``: union-member tags (type names,
+    model names) dropped; the API's own fields are snake_case."""
     parts = [
         str(p)
         for p in loc[1:]
-        if isinstance(p, int) or not ("[" in p or "-" in p or p in _TYPE_TAGS)
+        if isinstance(p, int) or not ("[" in p or "-" in p or p in _TYPE_TAGS or p[:1].isupper())
     ]
     return ".".join(parts) or None
 

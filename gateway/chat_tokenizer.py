@@ -150,8 +150,13 @@ class ChatTokenizer:
             self.render(messages, tools, template_kwargs, template_name=template_name)
         )
 
-    def encode(self, text: str) -> list[int]:
-        return list(self.backend.encode(text, add_special_tokens=False).ids)
+    def encode(self, text: str, param: str = "messages") -> list[int]:
+        try:
+            return list(self.backend.encode(text, add_special_tokens=False).ids)
+        except TypeError as exc:  # JSON's "\ud800" decodes to a lone surrogate: not Unicode
+            raise InvalidRequestError(
+                "the text is not valid Unicode (a lone surrogate?)", param=param
+            ) from exc
 
     def decode(self, ids: list[int], skip_special_tokens: bool = False) -> str:
         return str(self.backend.decode(ids, skip_special_tokens=skip_special_tokens))

@@ -59,13 +59,18 @@ def load_model(model_dir: Path) -> Any:
     return model
 
 
+GREEDY_BELOW = 1e-5
+"""Temperatures this small are greedy, as in vLLM: dividing by them overflows float32."""
+
+
 def _sample(logits: torch.Tensor, params: SamplingParams, gen: torch.Generator | None) -> int:
-    if params.temperature <= 0:
+    if params.temperature < GREEDY_BELOW:
         return int(torch.argmax(logits))
     probs = torch.softmax(logits / params.temperature, dim=-1)
     if params.top_p < 1.0:
         sorted_probs, order = torch.sort(probs, descending=True)
         keep = torch.cumsum(sorted_probs, dim=-1) - sorted_probs < params.top_p
+        keep[0] = True  # the most likely token always, however small top_p is
         probs = torch.zeros_like(probs).scatter_(0, order[keep], sorted_probs[keep])
     return int(torch.multinomial(probs, 1, generator=gen))
 

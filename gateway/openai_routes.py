@@ -36,7 +36,7 @@ def _sse(chunks: list[dict[str, Any]]) -> StreamingResponse:
 
 def _prompt_ids(body: CompletionRequest, tokenizer: ChatTokenizer) -> list[int]:
     if isinstance(body.prompt, str):
-        return tokenizer.encode(body.prompt)
+        return tokenizer.encode(body.prompt, param="prompt")
     vocab = len(tokenizer)
     ids = [int(t) for t in body.prompt]
     if any(not 0 <= t < vocab for t in ids):

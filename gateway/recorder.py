@@ -75,12 +75,15 @@ def normalise_message(message: dict[str, Any]) -> tuple[Any, ...]:
     """What of a chat message the model sees: role, text, tool calls (ids dropped)."""
     content = message.get("content")
     if isinstance(content, list):
-        content = "".join(p.get("text", "") for p in content if isinstance(p, dict))
-    calls = tuple(
-        (c.get("function", {}).get("name"), c.get("function", {}).get("arguments"))
-        for c in message.get("tool_calls") or ()
-    )
-    return (message.get("role"), content or "", calls)
+        content = "".join(
+            str(p["text"]) for p in content if isinstance(p, dict) and p.get("text") is not None
+        )
+    calls = []
+    for call in message.get("tool_calls") or ():
+        function = call.get("function") if isinstance(call, dict) else None
+        function = function if isinstance(function, dict) else {}
+        calls.append((function.get("name"), function.get("arguments")))
+    return (message.get("role"), content or "", tuple(calls))
 
 
 def encode_prompt_delta(
