@@ -33,6 +33,27 @@ class GatewaySettings(ForgeSettings):
         default=None,
         description="Symlink the vLLM server loads from; repointed to each new policy version.",
     )
+    engines: int = Field(
+        default=1,
+        ge=1,
+        le=16,
+        description="Embedded engines in this process; several are routed as a fleet.",
+    )
+    vllm_urls: list[str] = Field(
+        default_factory=list, description="vLLM servers of a fleet; default: vllm_url alone."
+    )
+    max_inflight_per_engine: int = Field(
+        default=16,
+        ge=1,
+        description="Calls an engine of a fleet takes before a rollout's calls spill to the "
+        "least-loaded engine (about its batch size).",
+    )
+    engine_backoff_s: float = Field(
+        default=1.0,
+        gt=0,
+        description="A fleet engine that failed gets no calls this long, doubled per failure "
+        "in a row (at most 30 s).",
+    )
     max_batch_size: int = Field(default=16, ge=1, description="Rows per embedded micro-batch.")
     batch_wait_ms: float = Field(default=2.0, ge=0, description="Micro-batch gathering window.")
     max_context_tokens: int = Field(default=4096, ge=16)
@@ -80,6 +101,14 @@ class GatewaySettings(ForgeSettings):
         if secret.lower() in INSECURE_KEYS or len(secret) < 16:
             raise ValueError("must be at least 16 characters and not a well-known default")
         return value
+
+    @model_validator(mode="after")
+    def _one_kind_of_fleet(self) -> GatewaySettings:
+        if self.engine == "vllm" and self.engines != 1:
+            raise ValueError("engines counts embedded engines; a vLLM fleet is vllm_urls")
+        if self.engine == "embedded" and self.vllm_urls:
+            raise ValueError("vllm_urls needs engine: vllm")
+        return self
 
     @property
     def active_buffer(self) -> int | None:

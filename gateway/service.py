@@ -24,6 +24,7 @@ from typing import Any
 from gateway.admission import ActiveBuffer
 from gateway.config import GatewaySettings
 from gateway.engine import Engine, Generation
+from gateway.engine_fleet import routing_affinity
 from gateway.errors import EventLogUnavailableError, InvalidRequestError, OverloadedError
 from gateway.event_log import EventSink
 from gateway.limits import GenerationLimiter
@@ -177,7 +178,8 @@ class RolloutService:
     async def call(self, rollout: Rollout, call: CallInput) -> tuple[str, list[Generation]]:
         """Generate, store the call's events durably, remember it as a parent candidate."""
         started = time.perf_counter()
-        generations = await self.engine.generate(call.prompt.tolist(), call.params)
+        with routing_affinity(rollout.rollout_id, rollout.group_id):
+            generations = await self.engine.generate(call.prompt.tolist(), call.params)
         latency_ms = (time.perf_counter() - started) * 1000
         recorded = record_call(call, generations, rollout.recent, latency_ms)
         produce_started = time.perf_counter()
