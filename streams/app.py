@@ -9,15 +9,16 @@
 - ``sequence`` (a task over forge.queue, forge.trajectories and forge.policy): the
   event-time sequencer, active in one worker of the group at a time, fenced by the broker and
   exact across restarts by sample identity (``streams.live_sequencer``).
-Undecodable records go to forge.dlq with the reason.
+Undecodable records go to forge.dlq with the reason, and so do rollouts that cannot be scored:
+larger than one message, with a non-finite reward input, or ended after their group's timeout.
+The tables' protocol lives in ``streams.tables``, the settle rule in ``streams.groups``, the
+event time timeouts are judged at in ``streams.event_clock``; this module only wires them.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import time
-from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar
 
@@ -27,26 +28,16 @@ from infra.analytics import analytics_client, ensure_tables
 from infra.config import InfraSettings
 from infra.kafka_clients import decode_message, ensure_topics
 from schemas import codec
-from schemas.records import (
-    DeadLetter,
-    Envelope,
-    Record,
-    TrainStep,
-)
+from schemas.records import DeadLetter, Envelope, Record, TrainStep
 from schemas.topics import DLQ, MAX_MESSAGE_BYTES, TopicSpec
 from streams import bundles
-from streams.assembler import AssembledRollout, RolloutAssembly
 from streams.config import StreamsSettings, load_pipeline_config
+from streams.event_clock import EventClock
+from streams.groups import GroupScorer
 from streams.live_sequencer import run_sequencer
-from streams.pipeline import settle_group
-from streams.scoring import score_trajectories
-from streams.sinks import (
-    SinkBuffer,
-    call_rows,
-    insert_train_steps,
-    rollout_row,
-)
+from streams.sinks import SinkBuffer, call_rows, rollout_row
 from streams.sql_endpoint import open_endpoint
+from streams.tables import TABLES, GroupTables, OpenRollouts
 
 log = logging.getLogger(__name__)
 R = TypeVar("R", bound=Record)
@@ -95,24 +86,13 @@ def create_streams_app(
     rollout_index, rollout_events, group_members, member_bundles, scored_groups = (
         app.Table(t, **tables) for t in TABLES
     )
-    group_timeout = timedelta(seconds=config.group_timeout_s)
-    progress = _Progress()
-    # Open groups decoded, so neither a member's arrival nor the timer decodes stored members.
-    # The tables stay the truth: an entry is used only while it names the members listed.
-    open_groups: dict[bytes, dict[str, _Member]] = {}
-
-    def members_of(key: bytes) -> dict[str, _Member]:
-        names = _names(group_members[key])
-        cached = open_groups.get(key)
-        if cached is None or cached.keys() != set(names):
-            stored = (member_bundles[_member_key(key, name)] for name in names)
-            cached = {name: _Member.of(bundle) for name, bundle in zip(names, stored, strict=True)}
-            open_groups[key] = cached
-        return cached
-
-    def deadline_of(key: bytes) -> datetime:
-        return min(m.assembled.started_ts for m in members_of(key).values()) + group_timeout
-
+    rollouts = OpenRollouts(rollout_index, rollout_events)
+    groups = GroupScorer(
+        GroupTables(group_members, member_bundles, scored_groups),
+        timedelta(seconds=config.group_timeout_s),
+        config.rewards,
+    )
+    clock = EventClock(settings.lateness_s, settings.idle_flush_s, settings.live_within_s)
     sink = analytics_client(infra) if settings.sink else None
     buffer = SinkBuffer(sink) if sink is not None else None
     if sink is not None:
@@ -145,96 +125,53 @@ def create_streams_app(
 
     @app.agent(events)
     async def assemble(stream: faust.StreamT) -> None:
-        """Each event is stored once under its own key, next to its rollout's small index;
-        an ended rollout's events go on as one bundle to the group's partition of ``ended``."""
+        """Each event is stored once; an ended rollout's events go on as one bundle to the
+        group's partition of ``ended`` — or, larger than a message, to forge.dlq."""
         async for event in stream.events():
             envelope = await decoded(event, Envelope)
             if envelope is None:
                 continue
-            rid = envelope.rollout_id
-            index = bundles.RolloutIndex.from_bytes(rollout_index[rid.encode()])
-            if index.admits(envelope):
-                grown = index.with_event(envelope)
-                if grown.complete:
-                    assert grown.group_id is not None
-                    stored = (rollout_events[_event_key(rid, e)] for e in index.event_ids)
-                    bundle = bundles.pack((*stored, event.value))
-                    await ended.send(key=grown.group_id.encode(), value=bundle)
-                    if index.event_ids:  # the index first: it never names a missing event
-                        del rollout_index[rid.encode()]
-                        for event_id in index.event_ids:
-                            del rollout_events[_event_key(rid, event_id)]
-                else:  # the event first, then the index that names it
-                    rollout_events[_event_key(rid, envelope.event_id)] = event.value
-                    rollout_index[rid.encode()] = grown.to_bytes()
-            progress.saw(envelope.ts)  # after its bundle is on its way to ``score``
+            done = rollouts.add(envelope, event.value)
+            if done is not None:
+                reason = bundles.oversize(done.rollout_id, len(done.bundle))
+                if reason is None:
+                    await ended.send(key=done.group, value=done.bundle)
+                else:
+                    await dead_letter(event.message, reason)
+                rollouts.close(done.rollout_id)
+            clock.saw(envelope.ts)  # after its bundle is on its way to ``score``
 
     @app.agent(ended)
     async def score(stream: faust.StreamT) -> None:
         """Members arrive one bundle each; a message with a tick header is ``expire_groups``
         asking for the group's timeout to be checked against the event time it carries."""
         async for event in stream.events():
-            key, tick = event.key, (event.headers or {}).get(TICK_HEADER)
-            if scored_groups[key]:
-                if tick is None:
-                    await dead_letter(event.message, "member of a group scored at its timeout")
-                continue
-            stored = members_of(key)
-            members = dict(stored)
-            if event.value:
-                arrived = _Member.of(event.value)
-                members[arrived.assembled.rollout_id] = arrived
-            if not members:
-                continue
-            horizon = _NEVER if tick is None else datetime.fromisoformat(bytes(tick).decode())
-            assembled = [m.assembled for m in members.values()]
-            settled = settle_group(assembled, horizon, group_timeout)
+            tick = (event.headers or {}).get(TICK_HEADER)
+            horizon = None if tick is None else datetime.fromisoformat(bytes(tick).decode())
+            settled = groups.offer(event.key, event.value, horizon)
             if settled is None:
-                if event.value:  # the bundle first: every listed member has one
-                    member_bundles[_member_key(key, arrived.assembled.rollout_id)] = event.value
-                    group_members[key] = _joined(members)
-                open_groups[key] = members
                 continue
-            open_groups.pop(key, None)
-            for late in settled.late:
-                reason = f"rollout {late.rollout_id} ended after its group's timeout"
-                raw = member_bundles[_member_key(key, late.rollout_id)] or event.value
-                await dead_letter(event.message, reason, value=raw)
-            scored = score_trajectories(settled.members, config.rewards, settled.completed_at)
-            for trajectory in scored:
-                await trajectories.send(key=key, value=codec.encode(trajectory))
+            for bundle, reason in settled.dead:
+                await dead_letter(event.message, reason, value=bundle)
+            for trajectory in settled.trajectories:
+                await trajectories.send(key=event.key, value=codec.encode(trajectory))
             if buffer is not None:
-                present = (members[m.rollout_id].events for m in settled.members)
-                buffer.add([rollout_row(t, -1) for t in scored],
-                           call_rows(e for m in present for e in m.events))  # fmt: skip
-            if settled.timed_out:
-                scored_groups[key] = b"1"
-            if stored:  # the list first: a crash between the two leaves no dangling name
-                del group_members[key]
-                for name in stored:
-                    del member_bundles[_member_key(key, name)]
+                buffer.add(
+                    [rollout_row(t, -1) for t in settled.trajectories],
+                    call_rows(e for m in settled.present for e in m.events.events),
+                )
+            groups.close(event.key, settled)
 
     @app.timer(interval=settings.group_check_s)
     async def expire_groups() -> None:
         """Open groups past their timeout get a tick on their own partition (tables change
         only inside the agent owning the key), carrying the event time it may assume."""
-        horizon = progress.horizon(settings)
+        horizon = clock.horizon()
         if horizon is None:
             return
         header = {TICK_HEADER: horizon.isoformat().encode()}
-        for key, names in list(group_members.items()):
-            if names and deadline_of(key) <= horizon:
-                await ended.send(key=key, value=b"", headers=header)
-
-    if sink is not None:
-
-        @app.agent(app.topic(settings.metrics_topic, key_type=bytes, value_type=bytes))
-        async def train_steps(stream: faust.StreamT) -> None:
-            """The trainer's rows reach ClickHouse only through forge.metrics."""
-            async for event in stream.events():
-                step = await decoded(event, TrainStep)
-                if step is not None:
-                    insert_train_steps(sink, [step])
+        for key in groups.due(horizon):
+            await ended.send(key=key, value=b"", headers=header)
 
     @app.task
     async def sequence() -> None:
@@ -242,17 +179,25 @@ def create_streams_app(
 
     if buffer is not None:
 
+        @app.agent(app.topic(settings.metrics_topic, key_type=bytes, value_type=bytes))
+        async def train_steps(stream: faust.StreamT) -> None:
+            """The trainer's rows reach ClickHouse only through forge.metrics."""
+            async for event in stream.events():
+                step = await decoded(event, TrainStep)
+                if step is not None:
+                    buffer.add(train_steps=[step])
+
         @app.task
         async def flush_sink() -> None:
-            """Batches reach ClickHouse every ``sink_flush_s``, and once more at shutdown."""
+            """Batches reach ClickHouse every ``sink_flush_s`` (later while the store fails:
+            ``SinkBuffer`` backs off), and once more at shutdown."""
             try:
                 while True:
                     await asyncio.sleep(settings.sink_flush_s)
                     buffer.flush()
             finally:
-                buffer.flush()
+                buffer.flush(force=True)
 
-    if buffer is not None:
         sql = open_endpoint(settings, infra, before_query=buffer.flush)
 
         @app.page("/query/")
@@ -266,7 +211,6 @@ def create_streams_app(
     return app
 
 
-TABLES = ("rollout-index", "rollout-events", "group-members", "member-bundles", "scored-groups")
 TICK_HEADER = "forge-group-tick"
 
 
@@ -282,62 +226,3 @@ def internal_topics(app_id: str) -> tuple[TopicSpec, ...]:
         TopicSpec(ended_topic(app_id), Envelope, 4, configs),
         *(TopicSpec(f"{app_id}-{table}-changelog", Envelope, 4, changelog) for table in TABLES),
     )
-
-
-_NEVER = datetime.min.replace(tzinfo=UTC)
-
-
-class _Progress:
-    """How far in event time the assembler has got, for group timeouts.
-
-    Event time, not the wall clock, drives them, as in a replay: while the worker works
-    through a backlog (its newest event older than ``live_within_s``) no group times out;
-    live, the horizon trails the newest event by ``lateness_s``; once the log has been quiet
-    for ``idle_flush_s`` it is the newest event itself — a replay's end of the log.
-    """
-
-    def __init__(self) -> None:
-        self.newest = _NEVER
-        self.last_seen = time.monotonic()
-
-    def saw(self, ts: datetime) -> None:
-        self.newest = max(self.newest, ts)
-        self.last_seen = time.monotonic()
-
-    def horizon(self, settings: StreamsSettings) -> datetime | None:
-        if self.newest == _NEVER:
-            return None
-        if time.monotonic() - self.last_seen > settings.idle_flush_s:
-            return self.newest
-        if self.newest.timestamp() > time.time() - settings.live_within_s:
-            return self.newest - timedelta(seconds=settings.lateness_s)
-        return None
-
-
-@dataclass(frozen=True)
-class _Member:
-    """A group member's events, and its trajectory as assembled from them."""
-
-    events: RolloutAssembly
-    assembled: AssembledRollout
-
-    @classmethod
-    def of(cls, bundle: bytes) -> _Member:
-        events = bundles.assembly_of(bundle)
-        return cls(events, events.assemble())
-
-
-def _event_key(rollout_id: str, event_id: str) -> bytes:
-    return f"{rollout_id}\x00{event_id}".encode()
-
-
-def _member_key(group: bytes, rollout_id: str) -> bytes:
-    return group + b"\x00" + rollout_id.encode()
-
-
-def _joined(members: dict[str, _Member]) -> bytes:
-    return "\n".join(members).encode()
-
-
-def _names(joined: bytes) -> list[str]:
-    return joined.decode().split("\n") if joined else []

@@ -10,6 +10,7 @@ references stay unambiguous.
 
 from __future__ import annotations
 
+from collections.abc import Container, Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
 
@@ -28,6 +29,22 @@ from schemas.records import (
 
 def sequence_id(call_id: str, choice: int) -> str:
     return call_id if choice == 0 else f"{call_id}#{choice}"
+
+
+def admits(event_ids: Container[str], ended: bool, envelope: Envelope) -> bool:
+    """The one admission rule of a rollout's events, for the assembly here and the live
+    worker's index (``streams.tables.RolloutIndex``): each event once, by event_id (delivery
+    is at least once), and nothing after the rollout ended."""
+    return not ended and envelope.event_id not in event_ids
+
+
+def is_end(envelope: Envelope) -> bool:
+    return isinstance(envelope.payload, RolloutFinished | RolloutAborted)
+
+
+def oldest_policy(calls: Iterable[TrajectoryCall], default: int = 0) -> int:
+    """A trajectory's oldest policy version: what its staleness is measured from."""
+    return min((c.policy_version for c in calls), default=default)
 
 
 @dataclass(frozen=True)
@@ -53,10 +70,6 @@ class AssembledRollout:
     def duration_s(self) -> float:
         return (self.ended_ts - self.started_ts).total_seconds()
 
-    @property
-    def oldest_policy(self) -> int:
-        return min((c.policy_version for c in self.calls), default=0)
-
 
 @dataclass
 class RolloutAssembly:
@@ -70,13 +83,13 @@ class RolloutAssembly:
 
     def add(self, envelope: Envelope) -> bool:
         """Record an event; False for a duplicate or anything after the rollout ended."""
-        if envelope.event_id in self.event_ids or self.ended is not None:
+        if not admits(self.event_ids, self.ended is not None, envelope):
             return False
         self.event_ids.add(envelope.event_id)
         self.events.append(envelope)
         if isinstance(envelope.payload, RolloutStarted) and self.started is None:
             self.started = envelope
-        if isinstance(envelope.payload, RolloutFinished | RolloutAborted):
+        if is_end(envelope):
             self.ended = envelope
         return True
 

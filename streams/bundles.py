@@ -6,14 +6,13 @@ from a bundle is the same as assembling from the log.
 
 from __future__ import annotations
 
-import json
 import struct
-from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
+from collections.abc import Iterable, Iterator, Sequence
 
 from schemas import codec
-from schemas.records import Envelope, RolloutAborted, RolloutFinished, RolloutStarted
+from schemas.records import Envelope
 from streams.assembler import RolloutAssembly
+from streams.message_size import MESSAGE_LIMIT, size_bound, too_large
 
 _LEN = struct.Struct("<I")
 
@@ -40,38 +39,15 @@ def assembly_of(bundle: bytes) -> RolloutAssembly:
     return result
 
 
-@dataclass(frozen=True)
-class RolloutIndex:
-    """What the assembler keeps of an open rollout besides its events, which it stores one
-    per key: their ids in log order (the dedup set too), its group once RolloutStarted was
-    seen, and whether it ended. The same rules as ``RolloutAssembly.add``."""
+def oversize(rollout_id: str, size: int) -> str | None:
+    """Why a rollout whose bundle is ``size`` bytes is not scored, or None when it fits."""
+    reason = too_large(f"rollout {rollout_id}'s bundle of events", size)
+    return None if reason is None else f"{reason}: not scored (its events stay in the log)"
 
-    event_ids: tuple[str, ...] = ()
-    group_id: str | None = None
-    ended: bool = False
 
-    @property
-    def complete(self) -> bool:
-        return self.group_id is not None and self.ended
-
-    def admits(self, envelope: Envelope) -> bool:
-        """False for a duplicate or anything after the rollout ended."""
-        return not self.ended and envelope.event_id not in self.event_ids
-
-    def with_event(self, envelope: Envelope) -> RolloutIndex:
-        payload = envelope.payload
-        group = self.group_id
-        if group is None and isinstance(payload, RolloutStarted):
-            group = payload.group_id
-        ended = isinstance(payload, RolloutFinished | RolloutAborted)
-        return RolloutIndex((*self.event_ids, envelope.event_id), group, ended)
-
-    def to_bytes(self) -> bytes:
-        return json.dumps([list(self.event_ids), self.group_id, self.ended]).encode()
-
-    @classmethod
-    def from_bytes(cls, raw: bytes) -> RolloutIndex:
-        if not raw:
-            return cls()
-        event_ids, group_id, ended = json.loads(raw)
-        return cls(tuple(event_ids), group_id, ended)
+def oversize_events(rollout_id: str, events: Sequence[Envelope]) -> str | None:
+    """``oversize`` for the bundle the live worker would pack of ``events`` (a replay has the
+    decoded events only): encoded to be measured only when a cheap bound does not fit."""
+    if sum(_LEN.size + size_bound(e) for e in events) <= MESSAGE_LIMIT:
+        return None
+    return oversize(rollout_id, len(pack(codec.encode(e) for e in events)))

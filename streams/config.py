@@ -121,7 +121,9 @@ class StreamsSettings(ForgeSettings):
     live_within_s: float = Field(
         default=30.0,
         gt=0,
-        description="A group completed this recently means upstream has no backlog: go live.",
+        description="Going live: the sequencer once a group completed this recently arrives; "
+        "group timeouts once event time has kept pace with the local clock (within lateness_s) "
+        "for this long, whatever the producers' clock skew.",
     )
     group_check_s: float = Field(
         default=2.0, gt=0, description="How often open groups are checked against their timeout."

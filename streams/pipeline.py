@@ -1,7 +1,8 @@
 """The whole processing of a stretch of the log as one deterministic function (pure).
 
 events -> per-rollout assembly (dedup by event_id) -> groups complete (all members ended, or
-the group timeout passed in event time) -> rewards -> windowed FIFO over the queue indices,
+the group timeout passed in event time) -> rewards (rollouts larger than one message or with a
+non-finite reward input left out and counted) -> windowed FIFO over the queue indices,
 driven by event time: facts (policy versions, queue entries, group completions) are applied
 in timestamp order, so the output depends only on the log's content, never on how it was
 delivered. Replays run exactly this.
@@ -16,6 +17,8 @@ from datetime import datetime, timedelta
 
 from schemas.records import Envelope, PolicyUpdated, QueueEntry, TrainSample, Trajectory
 from streams.assembler import AssembledRollout, RolloutAssembly
+from streams.bundles import oversize_events
+from streams.groups import settle_group
 from streams.rewards import RewardConfig
 from streams.scoring import score_trajectories
 from streams.sequencer import EventTimeSequencer
@@ -37,34 +40,6 @@ class PipelineResult:
     stats: Counter[str]
     staleness: dict[str, int] = field(default_factory=dict)
     """Policy versions between a sample's oldest call and its emission, by rollout id."""
-
-
-@dataclass(frozen=True)
-class SettledGroup:
-    completed_at: datetime
-    members: list[AssembledRollout]
-    """Scored together, in queue order."""
-    late: list[AssembledRollout]
-    """Ended after the group's timeout: left out of the scoring."""
-    timed_out: bool
-
-
-def settle_group(
-    members: list[AssembledRollout], horizon: datetime, timeout: timedelta
-) -> SettledGroup | None:
-    """A group is complete when all its members ended, or once event time (``horizon``: the
-    newest event seen) passes its first start + ``timeout``: then the members that ended by
-    that deadline are scored. None while it is still open. Replay and live worker share it."""
-    members = sorted(members, key=lambda r: (r.queue_index, r.rollout_id))
-    size = members[0].group_size
-    if len(members) >= size:
-        return SettledGroup(max(m.ended_ts for m in members[:size]), members[:size], [], False)
-    deadline = min(m.started_ts for m in members) + timeout
-    if horizon < deadline:
-        return None
-    present = [m for m in members if m.ended_ts <= deadline]
-    late = [m for m in members if m.ended_ts > deadline]
-    return SettledGroup(deadline, present, late, True)
 
 
 def _complete_groups(
@@ -103,17 +78,21 @@ def process_log(
             stats["duplicate_events"] += 1
     rollouts = []
     for assembly in assemblies.values():
-        if assembly.complete:
-            rollouts.append(assembly.assemble())
-        else:
+        if not assembly.complete:
             stats["rollouts_incomplete"] += 1
+        elif oversize_events(assembly.rollout_id, assembly.events) is not None:
+            stats["rollouts_oversize"] += 1  # the live worker dead-letters its bundle
+        else:
+            rollouts.append(assembly.assemble())
     if horizon is None:
         return PipelineResult([], [], stats)
     groups = _complete_groups(rollouts, horizon, timedelta(seconds=config.group_timeout_s), stats)
     trajectories: list[Trajectory] = []
     sequencer = EventTimeSequencer(config.window, config.item_timeout_s, config.max_staleness)
     for completed_at, members in groups:
-        for traj in score_trajectories(members, config.rewards, completed_at):
+        scored = score_trajectories(members, config.rewards, completed_at)
+        stats["rollouts_rejected"] += len(scored.rejected)  # the live worker dead-letters them
+        for traj in scored.trajectories:
             trajectories.append(traj)
             sequencer.add_completion(traj)
     # Facts after the log's last event are outside this stretch of the log.

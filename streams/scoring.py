@@ -1,20 +1,69 @@
-"""A complete group of assembled rollouts -> scored trajectories (pure)."""
+"""A complete group of assembled rollouts -> scored trajectories (pure).
+
+The live worker and the replay score through here, so they reject the same rollouts: one
+whose outcome or a signal value is not finite (an older log, another producer) is left out
+before scoring — inside the group it would make every member's advantage non-finite through
+the baseline —, and one whose trajectory does not fit one message after it (it counted in the
+baseline). The worker dead-letters rejected rollouts with the reason; a replay counts them.
+"""
 
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import datetime
 
+from schemas import codec
 from schemas.records import Trajectory
 from streams.assembler import AssembledRollout
+from streams.message_size import MESSAGE_LIMIT, size_bound, too_large
 from streams.rewards import MemberResult, RewardConfig, score_group
+
+
+@dataclass(frozen=True)
+class Rejected:
+    rollout: AssembledRollout
+    reason: str
+
+
+@dataclass(frozen=True)
+class ScoredGroup:
+    trajectories: list[Trajectory]
+    """The scored members, in the order given."""
+    rejected: list[Rejected]
+
+
+def unscorable(member: AssembledRollout) -> str | None:
+    """Why ``member`` cannot be scored, or None."""
+    if member.outcome is not None and not math.isfinite(member.outcome):
+        return f"rollout {member.rollout_id}: outcome reward {member.outcome} is not finite"
+    for step, value in member.signals:
+        if not math.isfinite(value):
+            return (
+                f"rollout {member.rollout_id}: process signal {value} at step {step} is not finite"
+            )
+    return None
+
+
+def oversize_trajectory(trajectory: Trajectory) -> str | None:
+    """Why ``trajectory`` cannot be sent (n > 1 choices repeat their prompt in it), or None."""
+    if size_bound(trajectory) <= MESSAGE_LIMIT:
+        return None
+    reason = too_large(
+        f"rollout {trajectory.rollout_id}'s trajectory", len(codec.encode(trajectory))
+    )
+    return None if reason is None else f"{reason}: not sent"
 
 
 def score_trajectories(
     members: Sequence[AssembledRollout], config: RewardConfig, completed_at: datetime
-) -> list[Trajectory]:
+) -> ScoredGroup:
     """Each call carries its step's reward r_t, reward-to-go R_t and advantage Â_t."""
+    verdicts = [(m, unscorable(m)) for m in members]
+    rejected = [Rejected(m, reason) for m, reason in verdicts if reason is not None]
+    valid = [m for m, reason in verdicts if reason is None]
     scored = score_group(
         [
             MemberResult(
@@ -25,12 +74,12 @@ def score_trajectories(
                 duration_s=m.duration_s,
                 aborted=m.status == "aborted",
             )
-            for m in members
+            for m in valid
         ],
         config,
     )
     out = []
-    for member, score in zip(members, scored, strict=True):
+    for member, score in zip(valid, scored, strict=True):
         calls = [
             dataclasses.replace(
                 call,
@@ -40,19 +89,22 @@ def score_trajectories(
             )
             for call in member.calls
         ]
-        out.append(
-            Trajectory(
-                rollout_id=member.rollout_id,
-                group_id=member.group_id,
-                task_id=member.task_id,
-                queue_index=member.queue_index,
-                status=member.status,
-                started_ts=member.started_ts,
-                ended_ts=member.ended_ts,
-                calls=calls,
-                outcome_reward=member.outcome,
-                total_reward=score.total,
-                group_completed_ts=completed_at,
-            )
+        trajectory = Trajectory(
+            rollout_id=member.rollout_id,
+            group_id=member.group_id,
+            task_id=member.task_id,
+            queue_index=member.queue_index,
+            status=member.status,
+            started_ts=member.started_ts,
+            ended_ts=member.ended_ts,
+            calls=calls,
+            outcome_reward=member.outcome,
+            total_reward=score.total,
+            group_completed_ts=completed_at,
         )
-    return out
+        reason = oversize_trajectory(trajectory)
+        if reason is None:
+            out.append(trajectory)
+        else:
+            rejected.append(Rejected(member, reason))
+    return ScoredGroup(out, rejected)

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 from schemas.records import PolicyUpdated, QueueEntry, TrainSample, Trajectory
+from streams.assembler import oldest_policy
 from streams.windowed_fifo import Emitted, WindowedFifo
 
 POLICY, QUEUED, COMPLETED = 0, 1, 2
@@ -93,5 +94,4 @@ class EventTimeSequencer:
             self._fifo.enqueue(index, at)
         else:
             assert isinstance(fact, Trajectory)
-            oldest = min((c.policy_version for c in fact.calls), default=self._version)
-            self._fifo.complete(index, fact, oldest)
+            self._fifo.complete(index, fact, oldest_policy(fact.calls, self._version))

@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+import logging
+import time
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from clickhouse_connect.driver.client import Client
+from clickhouse_connect.driver.exceptions import ClickHouseError
 
 from schemas.records import Envelope, ModelRequest, ModelResponse, TrainStep, Trajectory
-from streams.assembler import sequence_id
+from streams.assembler import oldest_policy, sequence_id
+
+log = logging.getLogger(__name__)
 
 TRAIN_STEP_COLUMNS = (
     "step", "policy_version", "ts", "loss", "samples", "tokens", "unique_tokens",
@@ -59,7 +64,7 @@ def rollout_row(trajectory: Trajectory, staleness: int) -> list[Any]:
         len(calls),
         sum(c.shared_prefix_len + int(c.prompt_token_ids.shape[0]) for c in calls),
         sum(int(c.completion_token_ids.shape[0]) for c in calls),
-        min((c.policy_version for c in calls), default=0),
+        oldest_policy(calls),
         staleness,
     ]
 
@@ -105,23 +110,74 @@ def insert_calls(client: Client, rows: Sequence[list[Any]]) -> int:
 
 class SinkBuffer:
     """Rows gathered for batch inserts: one small insert into chDB costs about as much as a
-    thousand rows. A rollout's newest row wins within a batch, as it does in the table."""
+    thousand rows. A rollout's (or a step's) newest row wins within a batch, as in the table.
 
-    def __init__(self, client: Client, max_rows: int = 5000) -> None:
+    A failed insert keeps its rows and the worker keeps running: flushes are skipped for a
+    backoff doubling from ``retry_s`` to ``max_retry_s``, then every row still buffered is
+    tried again. An outage of the store costs latency, not rows (the buffer grows meanwhile).
+    """
+
+    def __init__(
+        self,
+        client: Client,
+        max_rows: int = 5000,
+        retry_s: float = 1.0,
+        max_retry_s: float = 60.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.client = client
         self.max_rows = max_rows
+        self.retry_s = retry_s
+        self.max_retry_s = max_retry_s
+        self._clock = clock
         self.rollouts: dict[str, list[Any]] = {}
         self.calls: list[list[Any]] = []
+        self.train_steps: dict[int, TrainStep] = {}
+        self.failures = 0
+        """Inserts failed in a row."""
+        self._retry_at = float("-inf")
 
-    def add(self, rollouts: Iterable[list[Any]] = (), calls: Iterable[list[Any]] = ()) -> None:
+    def pending(self) -> int:
+        return len(self.rollouts) + len(self.calls) + len(self.train_steps)
+
+    def add(
+        self,
+        rollouts: Iterable[list[Any]] = (),
+        calls: Iterable[list[Any]] = (),
+        train_steps: Iterable[TrainStep] = (),
+    ) -> None:
         for row in rollouts:
             self.rollouts[row[0]] = row
         self.calls.extend(calls)
-        if len(self.rollouts) + len(self.calls) >= self.max_rows:
+        for step in train_steps:
+            self.train_steps[step.step] = step
+        if self.pending() >= self.max_rows:
             self.flush()
 
-    def flush(self) -> None:
-        rollouts, calls = list(self.rollouts.values()), self.calls
-        self.rollouts, self.calls = {}, []
-        insert_rollouts(self.client, rollouts)
-        insert_calls(self.client, calls)
+    def flush(self, force: bool = False) -> bool:
+        """Insert what is buffered, table by table; True once nothing is left. While backing
+        off after a failure this does nothing, unless ``force``d (at shutdown)."""
+        if not force and self._clock() < self._retry_at:
+            return False
+        try:
+            if self.rollouts:
+                insert_rollouts(self.client, list(self.rollouts.values()))
+                self.rollouts = {}
+            if self.calls:
+                insert_calls(self.client, self.calls)
+                self.calls = []
+            if self.train_steps:
+                insert_train_steps(self.client, list(self.train_steps.values()))
+                self.train_steps = {}
+        except ClickHouseError as exc:
+            self.failures += 1
+            delay = min(self.retry_s * 2 ** (self.failures - 1), self.max_retry_s)
+            self._retry_at = self._clock() + delay
+            log.warning(
+                "analytics insert failed, %d rows kept, next try in %.1f s: %s",
+                self.pending(), delay, exc,
+            )  # fmt: skip
+            return False
+        self.failures = 0
+        self._retry_at = float("-inf")
+        return True

@@ -118,7 +118,7 @@ class SqlEndpoint:
     """Serves ``/query/``: the key checked, ``before_query`` run (the worker flushes its sink so a
     reader sees every row scored so far), then the statement checked and run off the loop."""
 
-    def __init__(self, session: Client, key: str, before_query: Callable[[], None]) -> None:
+    def __init__(self, session: Client, key: str, before_query: Callable[[], object]) -> None:
         self.session = session
         self._key = key
         self._before_query = before_query
@@ -158,7 +158,7 @@ class SqlEndpoint:
 
 
 def open_endpoint(
-    settings: StreamsSettings, infra: InfraSettings, before_query: Callable[[], None]
+    settings: StreamsSettings, infra: InfraSettings, before_query: Callable[[], object]
 ) -> SqlEndpoint:
     """The endpoint on a read-only session of the store, its key published for local clients."""
     configured = settings.sql_key.get_secret_value() if settings.sql_key else None

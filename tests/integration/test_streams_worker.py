@@ -30,8 +30,11 @@ from schemas.topics import (
     TopicSpec,
     derived_train_topic,
 )
+from streams import bundles
 from streams.pipeline import PipelineConfig, process_log
 from tests.builders import T0
+from tests.unit.streams.test_bundles import huge_rollout
+from tests.unit.streams.test_pipeline import env as event_at
 from tests.unit.streams.test_pipeline import rollout
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -50,6 +53,24 @@ def synthetic_log(rollouts: int, group: int, unfinished: frozenset[int] = frozen
     return events, queue
 
 
+def faulty_rollouts(first: int):
+    """After the synthetic log: a rollout larger than one message (alone in its group), and a
+    group of two whose second member's outcome is Infinity."""
+    start = first * 0.5
+    big = [
+        event_at("big", e.payload, start + (e.ts - T0).total_seconds())
+        for e in huge_rollout("big", "gbig", first)
+    ]
+    ok = rollout("ok", "gbad", 2, first + 1, start, start + 2.0)
+    inf = rollout("inf", "gbad", 2, first + 2, start, start + 3.0, outcome=float("inf"))
+    members = (("big", "gbig", 1), ("ok", "gbad", 2), ("inf", "gbad", 2))
+    queue = [
+        (first + i, QueueEntry(rid, gid, size, T0 + timedelta(seconds=start)))
+        for i, (rid, gid, size) in enumerate(members)
+    ]
+    return [big, ok, inf], queue
+
+
 def train_samples(kafka, topic):
     return [d.record for d in read_log(kafka, derived_train_topic(topic), LogRange())]
 
@@ -61,6 +82,7 @@ def prepared_log(
     garbage: bool,
     unfinished: frozenset[int] = frozenset(),
     config: PipelineConfig | None = None,
+    faulty: bool = False,
 ):
     """Fresh topics holding a synthetic log; the worker's env; the replay's expected output."""
     suffix = uuid.uuid4().hex[:8]
@@ -70,6 +92,9 @@ def prepared_log(
     train = derived_train_topic(f"test.forge.train.{suffix}")
     ensure_topics(kafka, (*specs, train), timeout_s=30)
     per_rollout, queue = synthetic_log(rollouts, 4, unfinished)
+    if faulty:
+        more, more_queue = faulty_rollouts(rollouts)
+        per_rollout, queue = per_rollout + more, queue + more_queue
     producer = sync_producer(kafka)
     for _, entry in queue:
         producer.send(names[QUEUE.name], codec.encode(entry), key=entry.rollout_id.encode())
@@ -125,7 +150,10 @@ def stop(worker) -> None:
 
 
 def test_worker_output_equals_the_replay_and_dead_letters_garbage(kafka, tmp_path):
-    names, _, train, reference, env = prepared_log(kafka, tmp_path, 48, garbage=True)
+    """Garbage, a rollout larger than one message and an Infinity outcome go to forge.dlq with
+    their reasons; the worker keeps going, and the replay leaves out the same rollouts."""
+    names, _, train, reference, env = prepared_log(kafka, tmp_path, 48, garbage=True, faulty=True)
+    assert reference.stats["rollouts_oversize"] == reference.stats["rollouts_rejected"] == 1
     cmd = [sys.executable, "-m", "forge_rl.cli", "streams"]
     worker = run_until_complete(kafka, cmd, env, train, len(reference.samples))
     try:
@@ -153,6 +181,10 @@ def test_worker_output_equals_the_replay_and_dead_letters_garbage(kafka, tmp_pat
         isinstance(d, DeadLetter) and d.source_topic == names[EVENTS.name] and d.value == b"garbage"
         for d in letters
     )
+    ours = [d for d in letters if d.consumer == env["FORGE_STREAMS_APP_ID"]]
+    assert any(d.key == b"big" and "rollout big's bundle of events is" in d.reason for d in ours)
+    [inf] = [d for d in ours if "outcome reward inf is not finite" in d.reason]
+    assert [e.rollout_id for e in bundles.assembly_of(inf.value).events] == ["inf"] * 7
 
 
 def test_kill_9_mid_way_then_restart_loses_and_repeats_nothing(kafka, tmp_path):

@@ -1,43 +1,69 @@
-"""The assembler's per-rollout index follows the same rules as the assembly it feeds."""
+"""Bundles, the one-message size limit, and the rule that keeps both paths under it."""
 
 from __future__ import annotations
 
+import numpy as np
+
 from schemas import codec
+from schemas.records import ModelRequest, QueueEntry
 from streams import bundles
 from streams.assembler import RolloutAssembly
-from tests.unit.streams.test_pipeline import rollout
+from streams.message_size import MESSAGE_LIMIT, size_bound, too_large
+from streams.pipeline import PipelineConfig, process_log
+from streams.tables import OpenRollouts
+from tests.builders import T0, all_records, model_request
+from tests.unit.streams.test_pipeline import env, rollout
 
 
-def replay_index(events):
-    """Admitted events' raw messages and the final index, as the live assembler keeps them."""
-    index, admitted = bundles.RolloutIndex(), []
-    for event in events:
-        if index.admits(event):
-            index = index.with_event(event)
-            admitted.append(codec.encode(event))
-    return index, admitted
-
-
-def test_the_index_admits_what_the_assembly_adds_and_completes_with_it():
+def test_a_bundle_assembles_as_the_log_does():
     events = rollout("r1", "g7", 2, 0, 0.0, 3.0)
-    noisy = [events[0], events[1], events[1], *events[2:], events[2]]  # a duplicate, a late one
     assembly = RolloutAssembly("r1")
-    added = [e for e in noisy if assembly.add(e)]
-    index, admitted = replay_index(noisy)
-    assert index.event_ids == tuple(e.event_id for e in added)
-    assert index.complete and assembly.complete and index.group_id == "g7"
-    bundle = bundles.pack(admitted)
+    for event in events:
+        assembly.add(event)
+    bundle = bundles.pack(codec.encode(e) for e in events)
+    assert [*bundles.messages(bundle)] == [codec.encode(e) for e in events]
     assert bundles.assembly_of(bundle).assemble() == assembly.assemble()
 
 
-def test_no_group_until_started_and_nothing_after_the_end():
-    *body, end = rollout("r2", "g1", 1, 0, 0.0, 1.0, aborted=True)
-    index, _ = replay_index([*body[1:], end, body[0]])  # RolloutStarted after the end
-    assert index.ended and index.group_id is None and not index.complete
-    assert body[0].event_id not in index.event_ids
+def test_the_size_bound_is_never_below_the_encoding():
+    for record in all_records():
+        assert size_bound(record) >= len(codec.encode(record)), type(record).__name__
+    wide = model_request(prompt_tokens=100_000)
+    assert size_bound(wide) - len(codec.encode(wide)) < 1000  # tight where it matters
 
 
-def test_the_index_survives_its_bytes():
-    index, _ = replay_index(rollout("r3", "g2", 4, 1, 0.0, 2.0)[:3])
-    assert bundles.RolloutIndex.from_bytes(index.to_bytes()) == index
-    assert bundles.RolloutIndex.from_bytes(b"") == bundles.RolloutIndex()
+def huge_rollout(rid: str, group: str, index: int) -> list:
+    """A finished rollout of three calls, each one message, together over the limit."""
+    events = rollout(rid, group, 1, index, 0.0, 9.0, calls=3)
+    prompt = np.zeros(MESSAGE_LIMIT // 4 // 3 + 1000, dtype=np.int32)
+    for i, event in enumerate(events):
+        if isinstance(event.payload, ModelRequest):
+            wide = model_request(call_id=event.payload.call_id, prompt_token_ids=prompt)
+            events[i] = env(rid, wide, (event.ts - events[0].ts).total_seconds())
+    return events
+
+
+def test_a_rollout_over_one_message_is_oversize_by_either_measure():
+    events = huge_rollout("big", "gb", 0)
+    raw = [codec.encode(e) for e in events]
+    assert all(len(r) < MESSAGE_LIMIT for r in raw)
+    packed = len(bundles.pack(raw))
+    live = bundles.oversize("big", packed)
+    assert live is not None and str(packed) in live and "rollout big" in live
+    assert bundles.oversize_events("big", events) == live
+    small = rollout("s", "g", 1, 1, 0.0, 1.0)
+    assert bundles.oversize_events("s", small) is None
+    assert bundles.oversize("s", len(bundles.pack(codec.encode(e) for e in small))) is None
+    assert too_large("x", MESSAGE_LIMIT) is None and too_large("x", MESSAGE_LIMIT + 1)
+
+
+def test_the_live_assembler_and_the_replay_leave_out_the_same_oversize_rollout():
+    big, small = huge_rollout("big", "gb", 0), rollout("s", "gs", 1, 1, 0.0, 1.0)
+    rollouts = OpenRollouts({}, {})
+    done = [rollouts.add(e, codec.encode(e)) for e in big][-1]
+    assert done is not None
+    assert bundles.oversize(done.rollout_id, len(done.bundle)) is not None  # to forge.dlq
+    queue = [(0, QueueEntry("big", "gb", 1, T0)), (1, QueueEntry("s", "gs", 1, T0))]
+    result = process_log([*big, *small], queue, [], PipelineConfig(window=None))
+    assert [s.sample_id for s in result.samples] == ["s"]
+    assert result.stats["rollouts_oversize"] == 1

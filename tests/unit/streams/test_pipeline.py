@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import math
 import random
 import uuid
 from datetime import timedelta
+from math import inf
 
 import numpy as np
 import pytest
@@ -195,3 +197,15 @@ def test_incremental_sequencing_equals_the_batch_result():
     emitted += live.advance(float("inf"))
     assert [s.sample_id for s in emitted] == [s.sample_id for s in batch.samples]
     assert live.stats["late_facts"] == 0
+
+
+def test_a_non_finite_outcome_is_left_out_of_the_replay_and_counted():
+    """An Infinity outcome already in the log (older log, another producer) is never scored:
+    it would have made every reward of its group, and the mean reward, infinite."""
+    events = rollout("ok", "g", 2, 0, 0.0, 2.0) + rollout("inf", "g", 2, 1, 0.0, 3.0, outcome=inf)
+    queue = queue_entries([("ok", "g", 2, 0, 0.0), ("inf", "g", 2, 1, 0.0)])
+    result = process_log(events, queue, [], PipelineConfig(window=None))
+    assert [t.rollout_id for t in result.trajectories] == ["ok"]
+    assert [s.sample_id for s in result.samples] == ["ok"]
+    assert result.stats["rollouts_rejected"] == 1
+    assert all(math.isfinite(t.total_reward) for t in result.trajectories)

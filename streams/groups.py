@@ -1,0 +1,119 @@
+"""When a group is complete, and what settling it sends on (pure).
+
+A group is complete when all its members ended, or once event time passes its first start +
+the group timeout: then the members that ended by that deadline are scored and any later one
+is turned away. ``settle_group`` is that rule for the replay and the live worker alike;
+``GroupScorer`` applies it to the worker's tables (``streams.tables``), one arrival at a time.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+
+from schemas.records import Trajectory
+from streams.assembler import AssembledRollout
+from streams.rewards import RewardConfig
+from streams.scoring import score_trajectories
+from streams.tables import GroupTables, Member
+
+
+@dataclass(frozen=True)
+class SettledGroup:
+    completed_at: datetime
+    members: list[AssembledRollout]
+    """Scored together, in queue order."""
+    late: list[AssembledRollout]
+    """Ended after the group's timeout: left out of the scoring."""
+    timed_out: bool
+
+
+def deadline(members: Iterable[AssembledRollout], timeout: timedelta) -> datetime:
+    return min(m.started_ts for m in members) + timeout
+
+
+def settle_group(
+    members: list[AssembledRollout], horizon: datetime, timeout: timedelta
+) -> SettledGroup | None:
+    """The group settled at event time ``horizon`` (the newest event seen), or None while it
+    is still open."""
+    members = sorted(members, key=lambda r: (r.queue_index, r.rollout_id))
+    size = members[0].group_size
+    if len(members) >= size:
+        return SettledGroup(max(m.ended_ts for m in members[:size]), members[:size], [], False)
+    due = deadline(members, timeout)
+    if horizon < due:
+        return None
+    present = [m for m in members if m.ended_ts <= due]
+    late = [m for m in members if m.ended_ts > due]
+    return SettledGroup(due, present, late, True)
+
+
+@dataclass(frozen=True)
+class Settlement:
+    """What the scorer sends on for one arrival; ``GroupScorer.close`` then forgets it."""
+
+    trajectories: list[Trajectory]
+    dead: list[tuple[bytes, str]]
+    """Bundles for forge.dlq, each with its reason."""
+    present: list[Member]
+    """The members that ended in time (their calls go to the analytics)."""
+    timed_out: bool = False
+    stored: tuple[str, ...] = ()
+    """The members the tables hold, to be deleted."""
+
+
+class GroupScorer:
+    """The scorer's rule over its tables: an arrival is a member's bundle, or a tick (an empty
+    one) carrying the event time the group may be settled at."""
+
+    def __init__(self, tables: GroupTables, timeout: timedelta, rewards: RewardConfig) -> None:
+        self.tables = tables
+        self.timeout = timeout
+        self.rewards = rewards
+
+    def offer(
+        self, group: bytes, bundle: bytes, horizon: datetime | None = None
+    ) -> Settlement | None:
+        """The group's settlement, or None while it stays open (an arrived member is stored).
+        Without ``horizon`` (an arrival, not a tick) only a full group settles. A member
+        arriving after its group was scored at the timeout is turned away."""
+        if self.tables.is_scored(group):
+            turned_away = [(bundle, "member of a group scored at its timeout")] if bundle else []
+            return Settlement([], turned_away, [])
+        stored = self.tables.members_of(group)
+        members = dict(stored)
+        arrived = Member.of(bundle) if bundle else None
+        if arrived is not None:
+            members[arrived.rollout_id] = arrived
+        if not members:
+            return None
+        assembled = [m.assembled for m in members.values()]
+        settled = settle_group(assembled, horizon or _NEVER, self.timeout)
+        if settled is None:
+            self.tables.keep(group, members, arrived)
+            return None
+        scored = score_trajectories(settled.members, self.rewards, settled.completed_at)
+        late = "ended after its group's timeout"
+        dead = [
+            (members[m.rollout_id].bundle, f"rollout {m.rollout_id} {late}") for m in settled.late
+        ]
+        dead += [(members[r.rollout.rollout_id].bundle, r.reason) for r in scored.rejected]
+        present = [members[m.rollout_id] for m in settled.members]
+        return Settlement(scored.trajectories, dead, present, settled.timed_out, tuple(stored))
+
+    def close(self, group: bytes, settlement: Settlement) -> None:
+        """After the settlement was sent on: a crash before this re-settles the group."""
+        self.tables.forget(group, settlement.stored, settlement.timed_out)
+
+    def due(self, horizon: datetime) -> list[bytes]:
+        """Open groups whose deadline ``horizon`` has passed."""
+        return [group for group in self.tables.open_groups() if self._deadline(group) <= horizon]
+
+    def _deadline(self, group: bytes) -> datetime:
+        members = self.tables.members_of(group).values()
+        return deadline((m.assembled for m in members), self.timeout)
+
+
+_NEVER = datetime.min.replace(tzinfo=UTC)

@@ -1,0 +1,112 @@
+"""The scorer's rule over its tables (dicts here): complete groups, timeouts in event time,
+late and unscorable members dead-lettered with their bundles — as the replay decides."""
+
+from __future__ import annotations
+
+import math
+from datetime import timedelta
+
+import numpy as np
+
+from schemas import codec
+from schemas.records import ProcessSignal, QueueEntry
+from streams import bundles
+from streams.groups import GroupScorer
+from streams.message_size import MESSAGE_LIMIT
+from streams.pipeline import PipelineConfig, process_log
+from streams.rewards import RewardConfig
+from streams.tables import GroupTables
+from tests.builders import T0, model_request
+from tests.unit.streams.test_pipeline import env, rollout
+
+TIMEOUT = timedelta(seconds=60)
+
+
+def scorer():
+    tables = {}, {}, {}
+    return GroupScorer(GroupTables(*tables), TIMEOUT, RewardConfig(speed_weight=0.0)), tables
+
+
+def bundle(events):
+    return bundles.pack(codec.encode(e) for e in events)
+
+
+def test_a_complete_group_is_scored_once_all_members_arrived_and_then_forgotten():
+    groups, (members, stored, scored) = scorer()
+    a, b = rollout("a", "g", 2, 0, 0.0, 3.0), rollout("b", "g", 2, 1, 0.0, 4.0, outcome=0.0)
+    assert groups.offer(b"g", bundle(a)) is None
+    assert members == {b"g": b"a"} and len(stored) == 1
+    settled = groups.offer(b"g", bundle(b))
+    assert settled is not None and not settled.dead and not settled.timed_out
+    assert [t.rollout_id for t in settled.trajectories] == ["a", "b"]
+    assert [m.rollout_id for m in settled.present] == ["a", "b"]
+    assert members and stored  # until the settlement was sent on
+    groups.close(b"g", settled)
+    assert members == {} and stored == {} and scored == {}
+
+
+def test_a_timeout_in_event_time_scores_who_ended_by_the_deadline_and_turns_away_the_rest():
+    groups, (members, stored, scored) = scorer()
+    on_time, late = rollout("x", "g", 3, 0, 0.0, 3.0), rollout("y", "g", 3, 1, 0.0, 70.0)
+    assert groups.offer(b"g", bundle(on_time)) is None
+    assert groups.offer(b"g", bundle(late)) is None
+    before = T0 + TIMEOUT - timedelta(seconds=1)
+    assert groups.due(before) == [] and groups.offer(b"g", b"", before) is None
+    assert groups.due(T0 + TIMEOUT) == [b"g"]
+    settled = groups.offer(b"g", b"", T0 + TIMEOUT)
+    assert settled is not None and settled.timed_out
+    assert [t.rollout_id for t in settled.trajectories] == ["x"]
+    assert settled.dead == [(bundle(late), "rollout y ended after its group's timeout")]
+    groups.close(b"g", settled)
+    assert members == {} and stored == {} and scored == {b"g": b"1"}
+    straggler = groups.offer(b"g", bundle(rollout("z", "g", 3, 2, 0.0, 80.0)))
+    assert straggler is not None and straggler.trajectories == []
+    assert straggler.dead[0][1] == "member of a group scored at its timeout"
+    assert groups.offer(b"g", b"", T0 + 2 * TIMEOUT).dead == []  # a tick turns nothing away
+
+
+def with_signal(events, value):
+    """``events`` with their ProcessSignal's value replaced."""
+    out = list(events)
+    for i, e in enumerate(out):
+        if isinstance(e.payload, ProcessSignal):
+            signal = ProcessSignal(e.payload.step, e.payload.name, value)
+            out[i] = env(e.rollout_id, signal, (e.ts - T0).total_seconds())
+    return out
+
+
+def test_a_non_finite_input_dead_letters_its_rollout_and_the_rest_is_scored_as_the_replay_does():
+    good = rollout("ok", "g", 3, 0, 0.0, 2.0, outcome=1.0)
+    inf = rollout("inf", "g", 3, 1, 0.0, 3.0, outcome=math.inf)
+    nan = with_signal(rollout("nan", "g", 3, 2, 0.0, 4.0), math.nan)
+    groups, _ = scorer()
+    for member in (good, inf):
+        assert groups.offer(b"g", bundle(member)) is None
+    settled = groups.offer(b"g", bundle(nan))
+    assert settled is not None
+    assert [t.rollout_id for t in settled.trajectories] == ["ok"]
+    reasons = dict((raw, reason) for raw, reason in settled.dead)
+    assert "outcome reward inf is not finite" in reasons[bundle(inf)]
+    assert "process signal nan at step 0 is not finite" in reasons[bundle(nan)]
+    assert all(math.isfinite(c.advantage) for t in settled.trajectories for c in t.calls)
+    queue = [(i, QueueEntry(r, "g", 3, T0)) for i, r in enumerate(("ok", "inf", "nan"))]
+    config = PipelineConfig(rewards=RewardConfig(speed_weight=0.0), window=None)
+    replay = process_log([*good, *inf, *nan], queue, [], config)
+    assert replay.trajectories == settled.trajectories
+    assert replay.stats["rollouts_rejected"] == 2
+
+
+def test_a_trajectory_too_large_for_a_message_is_dead_lettered_with_its_bundle():
+    """Each choice of an n > 1 call repeats the prompt in the trajectory, not in the bundle."""
+    events = rollout("wide", "g", 1, 0, 0.0, 2.0, calls=1, n=2)
+    prompt = np.zeros(MESSAGE_LIMIT // 4 * 2 // 3, dtype=np.int32)
+    events[1] = env("wide", model_request(call_id="wide-c0", n=2, prompt_token_ids=prompt), 0.1)
+    raw = bundle(events)
+    assert bundles.oversize("wide", len(raw)) is None
+    groups, _ = scorer()
+    settled = groups.offer(b"g", raw)
+    assert settled is not None and settled.trajectories == []
+    [(dead, reason)] = settled.dead
+    assert dead == raw and "rollout wide's trajectory is" in reason and "not sent" in reason
+    replay = process_log(events, [(0, QueueEntry("wide", "g", 1, T0))], [], PipelineConfig())
+    assert replay.samples == [] and replay.stats["rollouts_rejected"] == 1
