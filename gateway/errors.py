@@ -75,3 +75,11 @@ class EngineError(GatewayError):
 
     status = 502
     error_type = "engine_error"
+
+
+class EngineUnavailableError(GatewayError):
+    """The engine is down (found dead, being restarted): nothing was recorded; retry later."""
+
+    status = 503
+    error_type = "service_unavailable"
+    retry_after_s = 5
