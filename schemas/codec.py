@@ -239,6 +239,6 @@ def decode_any(data: bytes, expect: str | None = None) -> Record:
             return_record_name=True,
             return_record_name_override=True,
         )
-    except Exception as exc:  # fastavro raises many types for truncated or corrupt bodies
+        return from_datum(BY_SCHEMA_NAME[name], datum)  # type: ignore[arg-type]
+    except Exception as exc:  # truncated or corrupt bodies: fastavro and numpy raise many types
         raise SchemaError(f"corrupt {name} body: {exc!r}", schema_name=name) from exc
-    return from_datum(BY_SCHEMA_NAME[name], datum)  # type: ignore[arg-type]

@@ -4,16 +4,19 @@ else — so every consumer's one decode-or-dead-letter path (``decode_message``)
 from __future__ import annotations
 
 import contextlib
+import io
 
+import fastavro
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from infra.kafka_clients import Delivered, decode_message
 from schemas import codec
 from schemas.errors import SchemaError
-from schemas.records import DeadLetter
+from schemas.records import DeadLetter, ModelRequest
 from schemas.topics import ALL_TOPICS
-from tests.builders import all_records
+from tests.builders import all_records, model_request
 
 VALID = [codec.encode(r) for r in all_records()]
 
@@ -51,3 +54,17 @@ def test_a_tombstone_is_dead_lettered_not_raised():
     for topic in ALL_TOPICS:
         result = decode_message(topic, partition=0, offset=0, key=b"k", value=None, consumer="t")
         assert isinstance(result, DeadLetter) and "tombstone" in result.reason
+
+
+def test_a_packed_array_of_a_broken_length_is_a_schema_error():
+    """Found by the fuzz: numpy refused the bytes outside the guarded decode."""
+    record = model_request()
+    schemas = codec.current_schemas()
+    datum = codec.to_datum(record)
+    datum["prompt_token_ids"] = b"\x01\x02\x03"
+    out = io.BytesIO()
+    out.write(codec.MAGIC)
+    out.write(schemas.fingerprints[record.schema_name])
+    fastavro.schemaless_writer(out, schemas.parsed[record.schema_name], datum)
+    with pytest.raises(SchemaError, match="corrupt"):
+        codec.decode(out.getvalue(), ModelRequest)
