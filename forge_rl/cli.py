@@ -137,13 +137,16 @@ def require_bootstrap(settings: InfraSettings) -> str:
 @click.option("--host", help="Interface to bind (default 127.0.0.1).")
 @click.option("--port", type=int, help="Port to listen on (default 8000).")
 @click.option("--engine", type=click.Choice(["embedded", "vllm"]), help="Engine backend.")
+@click.option("--engines", type=int, help="Embedded engines, routed by cache affinity then load.")
 @click.pass_context
-def gateway(ctx: click.Context, host: str | None, port: int | None, engine: str | None) -> None:
+def gateway(
+    ctx: click.Context, host: str | None, port: int | None, engine: str | None, engines: int | None
+) -> None:
     """Serve the OpenAI-compatible gateway (needs FORGE_GATEWAY_ADMIN_KEY)."""
     from gateway.config import GatewaySettings
 
     infra = infra_settings(ctx)
-    overrides = {"host": host, "port": port, "engine": engine}
+    overrides = {"host": host, "port": port, "engine": engine, "engines": engines}
     settings = load_settings(GatewaySettings, ctx.find_root().obj, "gateway", overrides)
     bootstrap = require_bootstrap(infra)
     from gateway.server import serve
@@ -182,6 +185,10 @@ def streams(ctx: click.Context) -> None:
 @click.option("--agents", type=int, help="Agent processes at once.")
 @click.option("--max-rollouts", type=int, help="Stop after this many rollouts.")
 @click.option("--until-policy", type=int, help="Stop once the engine serves this version.")
+@click.option("--engines", type=int, help="Embedded engines in the gateway (default 1).")
+@click.option("--trainer-ranks", type=click.IntRange(min=1), default=1, show_default=True,
+              help="Data-parallel trainer ranks on this machine (more than one: under torchrun; "
+              "on CPU each rank is a process, on GPU each takes cuda:LOCAL_RANK).")  # fmt: skip
 @click.option("--fresh", is_flag=True,
               help="Start over: delete the local broker's data, checkpoints, policies and "
               "analytics in FORGE_HOME first.")  # fmt: skip
@@ -193,6 +200,8 @@ def run_cmd(
     agents: int | None,
     max_rollouts: int | None,
     until_policy: int | None,
+    engines: int | None,
+    trainer_ranks: int,
     fresh: bool,
 ) -> None:
     """The main job: Kafka, gateway, streams worker, trainer and an agent fleet on one machine,
@@ -203,11 +212,13 @@ def run_cmd(
     overrides = {
         "agent_cmd": agent_cmd, "duration_s": duration_s, "agents": agents,
         "max_rollouts": max_rollouts, "until_policy": until_policy,
+        "engines": engines,
     }  # fmt: skip
     config_file = ctx.find_root().obj
     settings = load_settings(RunSettings, config_file, "run", overrides)
     try:
-        run(settings, infra_settings(ctx), config_file, console, fresh=fresh)
+        run(settings, infra_settings(ctx), config_file, console, fresh=fresh,
+            trainer_ranks=trainer_ranks)  # fmt: skip
     except KeyboardInterrupt:
         err_console.print("interrupted: every process this run started has been stopped")
         sys.exit(130)
@@ -238,16 +249,29 @@ def trainer(
     }  # fmt: skip
     settings = load_settings(TrainerSettings, ctx.find_root().obj, "trainer", overrides)
     bootstrap = require_bootstrap(infra)
+    from trainer.launch import launched_rank
     from trainer.service import Trainer
 
+    if launched_rank() != 0:  # one rank of several (under torchrun): rank 0 reports for all
+        run = Trainer(settings, bootstrap, infra.home)
+        try:
+            run.run()
+        finally:
+            run.close()
+        return
     with console.status("starting DeepSpeed…"):
         run = Trainer(settings, bootstrap, infra.home)
+    from infra.metrics_server import TrainerMetrics, serve_metrics
+
+    metrics = TrainerMetrics()
+    server = serve_metrics(metrics.registry, infra.metrics_port, infra.metrics_bind)
     columns = (SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn())
     try:
         with Progress(*columns, console=console) as progress:
             task = progress.add_task(f"waiting for samples on {settings.topic}", total=None)
 
             def on_step(step) -> None:  # type: ignore[no-untyped-def]
+                metrics.observe(step)
                 progress.update(
                     task,
                     description=(
@@ -260,6 +284,8 @@ def trainer(
             steps = run.run(on_step)
     finally:
         run.close()
+        if server is not None:
+            server.close()
     console.print(f"trained {steps} steps; policy v{run.version}")
 
 

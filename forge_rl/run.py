@@ -19,26 +19,23 @@ from typing import Any
 
 import httpx
 from rich.console import Console
-from rich.live import Live
 from rich.table import Table
 
-from forge_rl.agent_launch import CommandLauncher, ForkedLauncher, Launcher
-from forge_rl.fleet import Fleet
+from envs.agent_launch import CommandLauncher, Launcher
+from envs.fleet import Fleet, FleetConfig
+from envs.registry import make_environment
+from envs.task import TaskOptions
 from forge_rl.learning import LearningSummary, learning_summary
-from forge_rl.pipeline_watch import PipelineSnapshot, PipelineWatch
+from forge_rl.pipeline_watch import PipelineWatch
+from forge_rl.progress import ProgressView, progress_display, progress_view, status
 from forge_rl.run_config import RunSettings
 from forge_rl.supervisor import Child, Supervisor
 from infra.config import InfraSettings
 from schemas.errors import ConfigError, ForgeError
 from schemas.topics import EVENTS, METRICS, TRAIN
+from trainer.launch import trainer_command
 
 STATE_DIRS = ("trainer", "policies", "clickhouse", "streams")
-REWARDS_BY_VERSION = """
-    SELECT intDiv(policy_version, {width}) * {width} AS from_version,
-           max(policy_version) AS to_version, count() AS rollouts,
-           round(avg(total_reward), 4) AS mean_reward, round(avg(outcome_reward), 4) AS solved,
-           round(countIf(status = 'aborted') / count(), 3) AS aborted_share
-    FROM rollouts FINAL GROUP BY from_version ORDER BY from_version"""
 
 
 class ChildCrashedError(ForgeError):
@@ -103,8 +100,10 @@ class Runner:
         infra: InfraSettings,
         config_file: Path | None,
         console: Console,
+        trainer_ranks: int = 1,
     ) -> None:
         self.settings = settings
+        self.trainer_ranks = trainer_ranks
         self.infra = infra
         self.config_file = config_file
         self.console = console
@@ -115,7 +114,8 @@ class Runner:
         self.gateway_url = ""
         self.web_url = ""
         self.supervisor: Supervisor | None = None
-        self.fleet: Fleet | None = None
+        self.environment = make_environment(settings.task, TaskOptions(settings.max_turns))
+        self.fleet: Fleet[Any] | None = None
         self.state = RunState()
         self.rates: deque[tuple[float, int]] = deque(maxlen=40)
         self.started_broker = False
@@ -129,9 +129,9 @@ class Runner:
         self.logs.mkdir(parents=True, exist_ok=True)
         if not self.infra.kafka_bootstrap:
             self.started_broker = not local_broker(self.infra).status().running
-        with self.console.status("bringing up Kafka…"):
+        with status(self.console, "bringing up Kafka…"):
             bootstrap = infra_up(self.infra, with_analytics=False).bootstrap
-        with self.console.status("preparing the base policy…"):
+        with status(self.console, "preparing the base policy…"):
             self._base_policy()
         gateway_port = self.settings.gateway_port or free_port()
         web_port = self.settings.streams_web_port or free_port()
@@ -150,10 +150,11 @@ class Runner:
         if self.config_file is not None:
             cli += ["--config", str(self.config_file)]
         supervisor.start("streams", [*cli, "streams"])
-        supervisor.start("trainer", [*cli, "trainer"])
-        supervisor.start("gateway", [*cli, "gateway", "--port", str(gateway_port)])
+        supervisor.start("trainer", trainer_command(cli, self.trainer_ranks))
+        engines = [] if self.settings.engines is None else ["--engines", str(self.settings.engines)]
+        supervisor.start("gateway", [*cli, "gateway", "--port", str(gateway_port), *engines])
         deadline = time.monotonic() + self.settings.startup_timeout_s
-        with self.console.status("starting gateway, streams worker and trainer…"):
+        with status(self.console, "starting gateway, streams worker and trainer…"):
             _wait_ready(supervisor, f"{self.gateway_url}/health", deadline)
             _wait_ready(supervisor, f"{self.web_url}/", deadline)
         return bootstrap
@@ -178,16 +179,16 @@ class Runner:
     def launcher(self) -> Launcher:
         if self.settings.agent_cmd:
             return CommandLauncher(self.settings.agent_cmd)
-        from forge_rl import guess_agent
-
-        return ForkedLauncher(guess_agent.main, ["openai", "forge_rl.guess_agent"])
+        return self.environment.agent()
 
     async def drive(self, watch: PipelineWatch) -> None:
-        fleet = self.fleet = Fleet(self.gateway_url, self.admin_key, self.launcher(),
-                                   self.settings, self.logs / "agents.log")  # fmt: skip
+        s = self.settings
+        config = FleetConfig(s.agents, s.group_size, s.agent_timeout_s, s.seed)
+        fleet = self.fleet = Fleet(self.gateway_url, self.admin_key, self.environment,
+                                   self.launcher(), config, self.logs / "agents.log")  # fmt: skip
         agents = asyncio.create_task(fleet.run(self._should_stop))
-        with Live(self._dashboard(watch.snapshot), console=self.console,
-                  refresh_per_second=2, transient=False) as live:  # fmt: skip
+        title = f"forge-rl run {self.run_id}"
+        with progress_display(self.console, title, s.progress_interval_s) as display:
             async with httpx.AsyncClient(base_url=self.gateway_url, timeout=5) as http:
                 while not agents.done():
                     assert self.supervisor is not None
@@ -196,9 +197,9 @@ class Runner:
                         await asyncio.gather(agents, return_exceptions=True)
                         raise ChildCrashedError(_crash_message(child))
                     await self._poll_version(http)
-                    live.update(self._dashboard(watch.snapshot))
+                    display.show(self.progress(watch))
                     await asyncio.wait({agents}, timeout=0.5)
-            live.update(self._dashboard(watch.snapshot))
+            display.show(self.progress(watch))
         agents.result()
 
     async def _poll_version(self, http: httpx.AsyncClient) -> None:
@@ -220,51 +221,39 @@ class Runner:
         seen = self.state.version_seen_at
         return seen is not None and any(e.started > seen for e in fleet.episodes[-64:])
 
-    def _dashboard(self, pipeline: PipelineSnapshot) -> Table:
+    def progress(self, watch: PipelineWatch) -> ProgressView:
+        """The run's numbers now; rollouts/s over the last ~20 s (40 polls)."""
         fleet = self.fleet
         episodes = fleet.episodes if fleet else []
         now = time.monotonic()
         self.rates.append((now, len(episodes)))
         then, count = self.rates[0]
-        per_s = (len(episodes) - count) / (now - then) if now > then else 0.0
-        recent = [e.reward for e in episodes[-100:] if e.reward is not None]
-        solved = sum(e.status == "solved" for e in episodes[-100:])
-        step = pipeline.last_step
-        table = Table(title=f"forge-rl run {self.run_id}", show_header=False, min_width=60)
-        elapsed = now - self.state.started
-        table.add_row("elapsed", f"{elapsed:.0f} s of {self.settings.duration_s:.0f} s")
-        table.add_row("rollouts", f"{len(episodes)} done, {fleet.in_flight if fleet else 0} "
-                      f"running · {per_s:.1f}/s")  # fmt: skip
-        table.add_row("events", f"{pipeline.events} · {pipeline.events_per_s:.0f}/s")
-        table.add_row("ordered samples", str(pipeline.samples))
-        table.add_row("policy", f"engine serves v{self.state.served_version}" + (
-            f" · trainer step {step.step}, loss {step.loss:+.4f}" if step else ""))  # fmt: skip
-        if recent:
-            table.add_row("mean reward", f"{sum(recent) / len(recent):+.3f} (last {len(recent)})"
-                          f" · solved {solved}/{min(100, len(episodes))}")  # fmt: skip
-        if step:
-            table.add_row("staleness", f"mean {step.staleness_mean:.1f}, max {step.staleness_max}"
-                          " policy versions")  # fmt: skip
-        return table
+        return progress_view(
+            elapsed_s=now - self.state.started,
+            duration_s=self.settings.duration_s,
+            episodes=episodes,
+            running=fleet.in_flight if fleet else 0,
+            rollouts_per_s=(len(episodes) - count) / (now - then) if now > then else 0.0,
+            pipeline=watch.snapshot,
+            served_version=self.state.served_version,
+        )
 
     # --- end ---------------------------------------------------------------------------------
 
     def report(self, summary: LearningSummary) -> dict[str, Any]:
         """Analytics from the worker's store once its sink has caught up, and where data is."""
         from infra.analytics import AnalyticsUnavailableError, owner_key, query_owner
-        from streams.reports import REPORTS
+        from streams.reports import REPORTS, STORED_ROLLOUTS, rewards_by_version_groups
 
         assert self.fleet is not None
         expected = len(self.fleet.episodes)
         deadline = time.monotonic() + self.settings.drain_timeout_s
         count = 0
-        with self.console.status("waiting for the sink to store every rollout…"):
+        with status(self.console, "waiting for the sink to store every rollout…"):
             while time.monotonic() < deadline:
                 try:
                     _, rows = query_owner(
-                        self.web_url,
-                        "SELECT count() FROM rollouts FINAL",
-                        key=owner_key(self.infra.home),
+                        self.web_url, STORED_ROLLOUTS, key=owner_key(self.infra.home)
                     )
                     count = int(rows[0][0])
                 except AnalyticsUnavailableError:
@@ -273,10 +262,8 @@ class Runner:
                     break
                 time.sleep(1)
         tables: dict[str, Any] = {}
-        width = self.state.served_version // 10 + 1  # about ten rows however long the run
-        rewards_title = f"Reward by policy version (groups of {width})"
         reports = {
-            "rewards": (rewards_title, REWARDS_BY_VERSION.format(width=width)),
+            "rewards": rewards_by_version_groups(self.state.served_version // 10 + 1),
             **{name: REPORTS[name] for name in ("durations", "staleness")},
         }
         for name, (title, sql) in reports.items():
@@ -319,22 +306,22 @@ class Runner:
         from infra.lifecycle import local_broker
 
         if self.supervisor is not None:
-            with self.console.status("stopping gateway, streams worker and trainer…"):
+            with status(self.console, "stopping gateway, streams worker and trainer…"):
                 codes = self.supervisor.stop_all()
             self.console.print("stopped " + ", ".join(
                 f"{name} ({'ok' if code in (0, -15) else f'exit {code}'})"
                 for name, code in codes.items()))  # fmt: skip
         if self.started_broker:
-            with self.console.status("stopping the Kafka broker this run started…"):
+            with status(self.console, "stopping the Kafka broker this run started…"):
                 local_broker(self.infra).down()
 
 
 def run(settings: RunSettings, infra: InfraSettings, config_file: Path | None,
-        console: Console, *, fresh: bool) -> LearningSummary:  # fmt: skip
+        console: Console, *, fresh: bool, trainer_ranks: int = 1) -> LearningSummary:  # fmt: skip
     """The whole main job; raises ChildCrashedError when a service dies under it."""
     if fresh:
         reset_state(infra)
-    runner = Runner(settings, infra, config_file, console)
+    runner = Runner(settings, infra, config_file, console, trainer_ranks)
     watch: PipelineWatch | None = None
     try:
         bootstrap = runner.start()

@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 from pydantic_settings import SettingsConfigDict
 
+from envs.registry import ENVIRONMENTS
 from infra.settings import ForgeSettings
 
 
 class RunSettings(ForgeSettings):
     model_config = SettingsConfigDict(env_prefix="FORGE_RUN_", extra="forbid")
 
+    task: str = Field(default="guess", description="The environment played (envs/registry.py).")
     agents: int = Field(default=8, ge=1, description="Agent processes running at once.")
     group_size: int = Field(default=4, ge=1, description="Rollouts per task (the reward group).")
     max_turns: int = Field(default=4, ge=1, le=32, description="Tool calls per episode.")
@@ -20,6 +22,12 @@ class RunSettings(ForgeSettings):
         default=None,
         ge=1,
         description="Stop once an episode begun after the engine served this version has ended.",
+    )
+    engines: int | None = Field(
+        default=None,
+        ge=1,
+        le=16,
+        description="Embedded engines in the gateway process (default: the gateway's setting).",
     )
     agent_cmd: str | None = Field(
         default=None, description="Shell command of a black-box agent; default: the built-in one."
@@ -32,6 +40,16 @@ class RunSettings(ForgeSettings):
     drain_timeout_s: float = Field(
         default=60.0, gt=0, description="Wait this long for the sink to catch up before reporting."
     )
+    progress_interval_s: float = Field(
+        default=10.0, gt=0, description="Seconds between progress lines when not on a terminal."
+    )
+
+    @field_validator("task")
+    @classmethod
+    def _known_task(cls, name: str) -> str:
+        if name not in ENVIRONMENTS:
+            raise ValueError(f"no environment {name!r} (known: {', '.join(sorted(ENVIRONMENTS))})")
+        return name
 
     @model_validator(mode="after")
     def _a_group_fits(self) -> RunSettings:

@@ -144,12 +144,20 @@ def create_app(
     app.include_router(lifecycle_router(settings, service, auth))
 
     @app.get("/health")
-    async def health() -> dict[str, Any]:
-        """As vLLM names it; also says which policy version the engine serves."""
-        return {"status": "ok", "policy_version": engine.policy_version}
+    async def health() -> JSONResponse:
+        """As vLLM names it; also says which policy version the engine serves. 503 while the
+        engine is down (calls get 503 with Retry-After meanwhile)."""
+        up = engine.available
+        body = {
+            "status": "ok" if up else "unavailable",
+            "policy_version": engine.policy_version,
+            "engine": "up" if up else "down",
+        }
+        return JSONResponse(body, 200 if up else 503)
 
     @app.get("/metrics")
     async def prometheus() -> Response:
+        metrics.engine_up.set(1 if engine.available else 0)
         return Response(generate_latest(metrics.registry), media_type=CONTENT_TYPE_LATEST)
 
     _install_error_handlers(app)

@@ -29,10 +29,6 @@ class GatewaySettings(ForgeSettings):
     )
     served_model_name: str = "forge-policy"
     vllm_url: str = "http://127.0.0.1:8001"
-    vllm_policy_link: Path | None = Field(
-        default=None,
-        description="Symlink the vLLM server loads from; repointed to each new policy version.",
-    )
     engines: int = Field(
         default=1,
         ge=1,

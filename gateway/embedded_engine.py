@@ -94,6 +94,11 @@ class EmbeddedEngine:
     def policy_version(self) -> int:
         return self.policy.version
 
+    @property
+    def available(self) -> bool:
+        """In process: it serves whenever the gateway does."""
+        return True
+
     async def start(self) -> None:
         self._worker = asyncio.create_task(self._run(), name="embedded-engine")
 

@@ -95,6 +95,11 @@ class EngineFleet:
         self._clock = clock
 
     @property
+    def available(self) -> bool:
+        """Up while any engine of the fleet says it is."""
+        return any(reports_up(engine) for engine in self.engines)
+
+    @property
     def policy_version(self) -> int:
         """The lowest version served by an engine that can take calls (see the module doc)."""
         serving = self.router.routable(self._clock(), self._reported_up())

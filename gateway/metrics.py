@@ -6,7 +6,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, ProcessCollector
 
 
 @dataclass
@@ -15,6 +15,7 @@ class GatewayMetrics:
 
     def __post_init__(self) -> None:
         r = self.registry
+        ProcessCollector(registry=r)  # CPU, resident memory, open files of this process
         self.requests = Counter(
             "forge_gateway_requests", "HTTP requests", ["endpoint", "status"], registry=r
         )
@@ -37,6 +38,11 @@ class GatewayMetrics:
         )  # fmt: skip
         self.policy_version = Gauge(
             "forge_gateway_policy_version", "Policy version the engine serves", registry=r
+        )
+        self.engine_up = Gauge(
+            "forge_gateway_engine_up",
+            "1 while the engine serves calls, 0 while it is down",
+            registry=r,
         )
         self.rollouts = Counter(
             "forge_gateway_rollouts", "Rollouts by how they ended", ["status"], registry=r

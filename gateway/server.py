@@ -22,24 +22,38 @@ def model_dir(settings: GatewaySettings, home: Path) -> Path:
 
 
 def build_engine(settings: GatewaySettings, home: Path) -> Engine:
+    """One engine, or a fleet (routed by cache affinity, then load) when there are several."""
     directory = model_dir(settings, home)
+    engines: list[Engine]
     if settings.engine == "vllm":
         from gateway.chat_tokenizer import ChatTokenizer
         from gateway.vllm_engine import VllmEngine
 
-        return VllmEngine(
-            settings.vllm_url,
-            ChatTokenizer(directory),
-            model_name=settings.served_model_name,
-            policy_link=settings.vllm_policy_link,
-        )
-    from gateway.embedded_engine import EmbeddedEngine
+        tokenizer = ChatTokenizer(directory)
+        engines = [
+            VllmEngine(url, tokenizer, model_name=settings.served_model_name, base_dir=directory)
+            for url in settings.vllm_urls or [settings.vllm_url]
+        ]
+    else:
+        from gateway.embedded_engine import EmbeddedEngine
 
-    return EmbeddedEngine(
-        directory,
-        max_batch_size=settings.max_batch_size,
-        batch_wait_ms=settings.batch_wait_ms,
-        max_context=settings.max_context_tokens,
+        engines = [
+            EmbeddedEngine(
+                directory,
+                max_batch_size=settings.max_batch_size,
+                batch_wait_ms=settings.batch_wait_ms,
+                max_context=settings.max_context_tokens,
+            )
+            for _ in range(settings.engines)
+        ]
+    if len(engines) == 1:
+        return engines[0]
+    from gateway.engine_fleet import EngineFleet
+
+    return EngineFleet(
+        engines,
+        max_inflight_per_engine=settings.max_inflight_per_engine,
+        backoff_s=settings.engine_backoff_s,
     )
 
 

@@ -40,6 +40,17 @@ class InfraSettings(ForgeSettings):
     clickhouse_url: str | None = Field(
         default=None, description="http(s)://user:pass@host:port/db; unset means embedded chDB."
     )
+    metrics_port: int | None = Field(
+        default=None,
+        ge=0,
+        le=65535,
+        description="Prometheus /metrics of a streams worker or trainer process (one port per "
+        "process); unset serves none. The gateway serves /metrics on its own port.",
+    )
+    metrics_bind: str = Field(
+        default="127.0.0.1",
+        description="Interface of the metrics port; 0.0.0.0 for a scraper in another container.",
+    )
 
     @field_validator("kafka_bootstrap")
     @classmethod

@@ -27,6 +27,7 @@ import faust
 from infra.analytics import analytics_client, ensure_tables
 from infra.config import InfraSettings
 from infra.kafka_clients import decode_message, ensure_topics
+from infra.metrics_server import StreamsMetrics, serve_metrics
 from schemas import codec
 from schemas.records import DeadLetter, Envelope, Record, TrainStep
 from schemas.topics import DLQ, MAX_MESSAGE_BYTES, TopicSpec
@@ -92,6 +93,13 @@ def create_streams_app(
         timedelta(seconds=config.group_timeout_s),
         config.rewards,
     )
+    metrics = StreamsMetrics(
+        app.monitor,
+        events_topic=settings.events_topic,
+        trajectories_topic=settings.trajectories_topic,
+        open_groups=lambda: len(groups.tables.open_groups()),
+    )
+    serve_metrics(metrics.registry, infra.metrics_port, infra.metrics_bind)
     clock = EventClock(settings.lateness_s, settings.idle_flush_s, settings.live_within_s)
     sink = analytics_client(infra) if settings.sink else None
     buffer = SinkBuffer(sink) if sink is not None else None
@@ -175,7 +183,7 @@ def create_streams_app(
 
     @app.task
     async def sequence() -> None:
-        await run_sequencer(settings, bootstrap, config, buffer)
+        await run_sequencer(settings, bootstrap, config, buffer, on_emitted=metrics.samples.inc)
 
     if buffer is not None:
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Callable
 from typing import Any
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRebalanceListener
@@ -60,7 +61,11 @@ def transactional_id(settings: StreamsSettings) -> str:
 
 
 async def run_sequencer(
-    settings: StreamsSettings, bootstrap: str, config: PipelineConfig, sink: SinkBuffer | None
+    settings: StreamsSettings,
+    bootstrap: str,
+    config: PipelineConfig,
+    sink: SinkBuffer | None,
+    on_emitted: Callable[[int], None] | None = None,
 ) -> None:
     """Sequence while this worker holds the lease; stand by otherwise."""
     lease = _Lease()
@@ -86,7 +91,7 @@ async def run_sequencer(
                     backoff = min(backoff * 2, MAX_BACKOFF_S)
                 term = None
             if lease.held and term is None:
-                term = asyncio.create_task(_sequence(settings, bootstrap, config, sink))
+                term = asyncio.create_task(_sequence(settings, bootstrap, config, sink, on_emitted))
             elif not lease.held and term is not None:
                 term.cancel()
                 await asyncio.gather(term, return_exceptions=True)
@@ -108,7 +113,11 @@ def emitted_indices(bootstrap: str, train_topic: str) -> frozenset[int]:
 
 
 async def _sequence(
-    settings: StreamsSettings, bootstrap: str, config: PipelineConfig, sink: SinkBuffer | None
+    settings: StreamsSettings,
+    bootstrap: str,
+    config: PipelineConfig,
+    sink: SinkBuffer | None,
+    on_emitted: Callable[[int], None] | None,
 ) -> None:
     """One term: fence, learn what forge.train holds, rebuild from the inputs, then follow.
 
@@ -162,6 +171,8 @@ async def _sequence(
                     await producer.send(
                         settings.train_topic, codec.encode(sample), key=sample.sample_id.encode()
                     )
+            if on_emitted is not None:
+                on_emitted(len(fresh))
             if sink is not None:
                 sink.add(
                     [rollout_row(s.trajectory, sequencer.staleness[s.sample_id]) for s in fresh]

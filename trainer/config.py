@@ -51,7 +51,13 @@ class TrainerSettings(ForgeSettings):
     policy_dir: Path | None = Field(
         default=None, description="Exported weights per policy version, read by the engine."
     )
-    keep_policies: int = Field(default=3, ge=1, description="Exported versions kept on disk.")
+    keep_policies: int = Field(
+        default=3,
+        ge=2,
+        description="Exported versions (and checkpoints) kept on disk, pruned after each new "
+        "version is announced: at least the newest announced and the one an engine may still "
+        "be loading.",
+    )
     batch_size: int = Field(default=8, ge=1, description="Samples (trajectories) per step.")
     max_steps: int | None = Field(default=None, ge=1, description="Stop after this many steps.")
     lr: float = Field(default=1e-4, gt=0)

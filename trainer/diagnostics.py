@@ -95,19 +95,27 @@ def ratio_stats(
     )
 
 
-def samples_over_kl(
-    per_call: Iterable[tuple[str, torch.Tensor]], threshold: float
-) -> frozenset[str]:
+KlSum = tuple[str, float, int]
+"""(sample id, Σ k3 over some of its tokens, how many tokens): one call's, summable across
+calls and across the ranks that scored them."""
+
+
+def kl_sum(sample_id: str, kl: torch.Tensor) -> KlSum:
+    """One call's entry from its per-token k3."""
+    return sample_id, float(kl.double().sum()), int(kl.numel())
+
+
+def samples_over_kl(per_call: Iterable[KlSum], threshold: float) -> frozenset[str]:
     """Samples whose mean per-token k3 KL, over all their calls' tokens, exceeds ``threshold``.
 
-    ``per_call``: (sample id, that call's per-token k3) pairs, several per sample. A sample whose
-    mean is not finite (NaN) counts as exceeding; one without tokens never does.
+    ``per_call``: ``kl_sum`` entries, several per sample. A sample whose mean is not finite
+    (NaN) counts as exceeding; one without tokens never does.
     """
     sums: dict[str, float] = {}
     counts: dict[str, int] = {}
-    for sample_id, kl in per_call:
-        sums[sample_id] = sums.get(sample_id, 0.0) + float(kl.double().sum())
-        counts[sample_id] = counts.get(sample_id, 0) + int(kl.numel())
+    for sample_id, total, n in per_call:
+        sums[sample_id] = sums.get(sample_id, 0.0) + total
+        counts[sample_id] = counts.get(sample_id, 0) + n
     return frozenset(s for s, n in counts.items() if n and not sums[s] / n <= threshold)
 
 

@@ -55,8 +55,15 @@ class SampleSource:
         self.consumer.seek(self.tp, start_offset)
         self.position = start_offset
 
-    def next_batch(self, size: int, poll_timeout_s: float, idle_exit_s: float | None) -> Batch:
-        """Block until ``size`` samples arrived, or with ``idle_exit_s`` until the topic idles."""
+    def next_batch(
+        self,
+        size: int,
+        poll_timeout_s: float,
+        idle_exit_s: float | None,
+        on_poll: Callable[[], None] | None = None,
+    ) -> Batch:
+        """Block until ``size`` samples arrived, or with ``idle_exit_s`` until the topic idles;
+        ``on_poll`` is called after every poll (at least every ``poll_timeout_s``)."""
         samples: list[TrainSample] = []
         dead = 0
         idle_since = time.monotonic()
@@ -64,6 +71,8 @@ class SampleSource:
             records = self.consumer.poll(
                 timeout_ms=int(poll_timeout_s * 1000), max_records=size - len(samples)
             ).get(self.tp, [])
+            if on_poll is not None:
+                on_poll()
             if not records:
                 if idle_exit_s is not None and time.monotonic() - idle_since > idle_exit_s:
                     break

@@ -175,6 +175,9 @@ class Trainer:
                 )
             self._prune(self.outputs.checkpoints, "step")
         self._publish(records)
+        # Only now: an engine is asked to load a version by its PolicyUpdated, so the version
+        # it may be loading is never older than the newest announced before this one (kept).
+        self._prune(self.outputs.policies, "v")
 
     def _export_policy(self) -> PolicyUpdated | None:
         """Rank 0 writes the version; under ZeRO-3 every rank joins gathering the weights."""
@@ -185,7 +188,6 @@ class Trainer:
             return None
         target = self.outputs.policies / version_dir_name(self.version)
         write_policy_version(self.engine.module, state, self.base_assets, target)
-        self._prune(self.outputs.policies, "v")
         return PolicyUpdated(
             version=self.version,
             step=self.step,

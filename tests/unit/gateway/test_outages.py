@@ -83,3 +83,14 @@ async def test_a_rollout_whose_start_failed_is_closed_once_the_log_is_back(gw):
     assert assembled(gw, rid).status == "aborted"
     await service.resolve_failed_starts()
     assert len(gw.log.envelopes(rid)) == 2
+
+
+async def test_an_engine_that_is_down_is_reported_by_health_and_metrics(gw, monkeypatch):
+    monkeypatch.setattr(type(gw.engine), "available", property(lambda self: False))
+    health = await gw.http.get("/health")
+    assert health.status_code == 503
+    assert health.json() == {"status": "unavailable", "policy_version": 0, "engine": "down"}
+    assert "forge_gateway_engine_up 0.0" in (await gw.http.get("/metrics")).text
+    monkeypatch.undo()
+    assert (await gw.http.get("/health")).json()["engine"] == "up"
+    assert "forge_gateway_engine_up 1.0" in (await gw.http.get("/metrics")).text

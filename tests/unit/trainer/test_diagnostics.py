@@ -10,6 +10,7 @@ import torch
 from trainer.diagnostics import (
     RatioStats,
     k3_kl,
+    kl_sum,
     newest_version_share,
     ratio_stats,
     samples_over_kl,
@@ -86,12 +87,12 @@ def test_nan_survives_a_merge_in_either_order():
 
 def test_samples_over_kl_uses_the_mean_over_all_calls_of_a_sample():
     per_call = [
-        ("a", torch.tensor([0.0, 0.3])),  # a: (0 + 0.3 + 0.3) / 3 = 0.2
-        ("b", torch.tensor([0.05])),
-        ("a", torch.tensor([0.3])),
-        ("c", torch.tensor([0.125, 0.125])),  # exactly at the threshold: kept
-        ("d", torch.tensor([math.nan])),  # not finite: dropped
-        ("e", torch.tensor([])),  # no tokens: kept
+        kl_sum("a", torch.tensor([0.0, 0.3])),  # a: (0 + 0.3 + 0.3) / 3 = 0.2
+        kl_sum("b", torch.tensor([0.05])),
+        kl_sum("a", torch.tensor([0.3])),
+        kl_sum("c", torch.tensor([0.125, 0.125])),  # exactly at the threshold: kept
+        kl_sum("d", torch.tensor([math.nan])),  # not finite: dropped
+        kl_sum("e", torch.tensor([])),  # no tokens: kept
     ]
     assert samples_over_kl(per_call, 0.125) == {"a", "d"}
     assert samples_over_kl(per_call, 0.25) == {"d"}

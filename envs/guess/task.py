@@ -5,7 +5,8 @@ minutes, because the reward is graded: every turn pays for a well-formed guess t
 the feedback so far and costs for anything else; finding the digit pays the outcome; finding
 it in fewer turns earns the pipeline's completion-time reward. A random model rarely emits a
 digit at all, so the first thing RL teaches it is the action format, then where to guess.
-Pure functions: the runner verifies what an agent reports with them.
+Pure functions: the runner verifies what an agent reports with them; ``GuessEnvironment``
+puts them behind ``envs.task.Environment``.
 """
 
 from __future__ import annotations
@@ -14,6 +15,9 @@ import json
 import random
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
+
+from envs.agent_launch import ForkedLauncher, Launcher
+from envs.task import EpisodeScore, Signal
 
 DIGITS = (0, 9)
 VALID_GUESS = 0.1
@@ -44,26 +48,15 @@ def feedback(secret: int, guess: int | None) -> str:
     return "higher" if secret > guess else "lower"
 
 
-@dataclass(frozen=True)
-class EpisodeScore:
-    signals: tuple[tuple[int, float], ...]
-    """(step, value): one process signal per turn, step = the turn's model call."""
-    outcome: float
-    solved: bool
-
-    @property
-    def total(self) -> float:
-        return self.outcome + sum(value for _, value in self.signals)
-
-
 def score_episode(task: GuessTask, guesses: Sequence[int | None]) -> EpisodeScore:
-    """A guess is good when it is a digit still possible after the feedback so far."""
+    """One signal per turn (step = the turn's model call): a guess is good when it is a digit
+    still possible after the feedback so far."""
     low, high = DIGITS
     signals = []
     solved = False
     for step, guess in enumerate(guesses[: task.max_turns]):
         possible = guess is not None and low <= guess <= high
-        signals.append((step, VALID_GUESS if possible else INVALID_GUESS))
+        signals.append(Signal(step, "guess", VALID_GUESS if possible else INVALID_GUESS))
         if guess == task.secret:
             solved = True
             break
@@ -86,3 +79,23 @@ def parse_answer(line: str) -> list[int | None]:
     ):
         raise ValueError('expected {"guesses": [digit or null, ...]} as the last stdout line')
     return guesses
+
+
+class GuessEnvironment:
+    """The guess task behind the ``Environment`` interface."""
+
+    name = "guess"
+
+    def __init__(self, max_turns: int) -> None:
+        self.max_turns = max_turns
+
+    def make_task(self, rng: random.Random) -> GuessTask:
+        return make_task(rng, self.max_turns)
+
+    def agent(self) -> Launcher:
+        from envs.guess import agent  # the OpenAI SDK is imported only when an agent runs
+
+        return ForkedLauncher(agent.main, ["openai", "envs.guess.agent"])
+
+    def score(self, task: GuessTask, answer: str) -> EpisodeScore:
+        return score_episode(task, parse_answer(answer))

@@ -1,9 +1,10 @@
-"""The environment side of a run: tasks in groups, one agent process per rollout, verification.
+"""The fleet: tasks in groups, one agent process per rollout, verification.
 
-For every task the fleet opens a group of rollouts at the gateway (admin key), starts one
-agent per rollout with nothing but OPENAI_BASE_URL, OPENAI_API_KEY and FORGE_TASK, verifies
-what each agent reports, and closes its rollout: process signals and finish, or abort with
-the reason when the agent crashed, timed out or answered nonsense.
+For every task of its environment the fleet opens a group of rollouts at the gateway (admin
+key), starts one agent per rollout with nothing but OPENAI_BASE_URL, OPENAI_API_KEY and
+FORGE_TASK, has the environment verify what each agent reports, and closes its rollout:
+process signals and finish, or abort with the reason when the agent crashed, timed out or
+answered nonsense. It knows no task: everything task-specific is behind ``Environment``.
 """
 
 from __future__ import annotations
@@ -14,13 +15,22 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Generic
 
 import httpx
 
-from forge_rl.agent_launch import AgentExit, Launcher
-from forge_rl.guess_task import GuessTask, make_task, parse_answer, score_episode
-from forge_rl.run_config import RunSettings
+from envs.agent_launch import AgentExit, Launcher
+from envs.task import Environment, EpisodeScore, T
+
+
+@dataclass(frozen=True)
+class FleetConfig:
+    agents: int
+    """Agent processes at once."""
+    group_size: int
+    """Rollouts per task, started together."""
+    agent_timeout_s: float
+    seed: int = 0
 
 
 @dataclass(frozen=True)
@@ -35,37 +45,39 @@ class Episode:
     turns: int
 
 
-def answer_of(exit_: AgentExit) -> tuple[list[int | None] | None, str | None]:
-    """(guesses, None), or (None, why the episode is aborted)."""
+def verdict(environment: Environment[T], task: T, exit_: AgentExit) -> EpisodeScore | str:
+    """The episode's score, or why it is aborted."""
     if exit_.code != 0:
         last = exit_.stderr.strip().splitlines()[-1:] or ["no stderr"]
-        return None, f"agent exited {exit_.code}: {last[0][:200]}"
+        return f"agent exited {exit_.code}: {last[0][:200]}"
     try:
-        return parse_answer(exit_.last_line), None
+        return environment.score(task, exit_.last_line)
     except ValueError as exc:
-        return None, f"agent gave no answer: {exc}"
+        return f"agent gave no answer: {exc}"
 
 
-class Fleet:
+class Fleet(Generic[T]):
     def __init__(
         self,
         gateway_url: str,
         admin_key: str,
+        environment: Environment[T],
         launcher: Launcher,
-        settings: RunSettings,
+        config: FleetConfig,
         failure_log: Path,
     ) -> None:
         self.gateway_url = gateway_url
         self.admin_key = admin_key
+        self.environment = environment
         self.launcher = launcher
-        self.settings = settings
+        self.config = config
         self.failure_log = failure_log
         self.episodes: list[Episode] = []
         self.in_flight = 0
 
     async def run(self, should_stop: Callable[[], bool]) -> None:
         """Keep ``agents`` episodes going, a whole group at a time, until told to stop."""
-        s = self.settings
+        s = self.config
         rng = random.Random(s.seed)
         slots = asyncio.Semaphore(s.agents)
         running: set[asyncio.Task[None]] = set()
@@ -79,7 +91,7 @@ class Fleet:
                         for _ in range(s.group_size):
                             slots.release()
                         break
-                    task = make_task(rng, s.max_turns)
+                    task = self.environment.make_task(rng)
                     for rollout in await self._open_group(http, task):
                         job = asyncio.create_task(self._episode(http, task, rollout, slots))
                         running.add(job)
@@ -90,12 +102,13 @@ class Fleet:
                     job.cancel()
                 await asyncio.gather(*running, return_exceptions=True)
 
-    async def _open_group(self, http: httpx.AsyncClient, task: GuessTask) -> list[dict[str, Any]]:
-        body = {"task_id": task.task_id, "group_id": f"g-{task.task_id}",
-                "group_size": self.settings.group_size, "metadata": {"task": "guess"}}  # fmt: skip
+    async def _open_group(self, http: httpx.AsyncClient, task: T) -> list[dict[str, Any]]:
+        size = self.config.group_size
+        body = {"task_id": task.task_id, "group_id": f"g-{task.task_id}", "group_size": size,
+                "metadata": {"task": self.environment.name}}  # fmt: skip
         rollouts = []
-        for _ in range(self.settings.group_size):
-            response = await http.post("/rollouts", json=body)
+        for _ in range(size):
+            response = await post_patiently(http, "/rollouts", body)
             response.raise_for_status()
             rollouts.append(response.json())
         return rollouts
@@ -103,7 +116,7 @@ class Fleet:
     async def _episode(
         self,
         http: httpx.AsyncClient,
-        task: GuessTask,
+        task: T,
         rollout: dict[str, Any],
         slots: asyncio.Semaphore,
     ) -> None:
@@ -117,15 +130,14 @@ class Fleet:
         self.in_flight += 1
         started = time.time()
         try:
-            exit_ = await self.launcher.run(env, self.settings.agent_timeout_s)
-            guesses, problem = answer_of(exit_)
-            if guesses is None:
-                self._record_failure(rid, problem or "", exit_)
-                await _close(http, f"/rollouts/{rid}/abort", {"reason": problem})
+            exit_ = await self.launcher.run(env, self.config.agent_timeout_s)
+            score = verdict(self.environment, task, exit_)
+            if isinstance(score, str):
+                self._record_failure(rid, score, exit_)
+                await _close(http, f"/rollouts/{rid}/abort", {"reason": score})
                 self.episodes.append(Episode(rid, started, time.time(), "aborted", None, 0))
                 return
-            score = score_episode(task, guesses)
-            signals = [{"step": step, "name": "guess", "value": v} for step, v in score.signals]
+            signals = [s._asdict() for s in score.signals]
             if signals:
                 await _close(http, f"/rollouts/{rid}/signals", signals)
             status = "solved" if score.solved else "unsolved"
@@ -143,8 +155,25 @@ class Fleet:
             log.write(f"--- {rollout_id}: {problem}\n{exit_.stderr[-4000:]}\n")
 
 
+RETRY_STATUSES = (429, 503)
+MAX_PATIENCE_S = 600.0
+
+
+async def post_patiently(http: httpx.AsyncClient, path: str, body: Any) -> httpx.Response:
+    """POST, waiting as long as the gateway's Retry-After says while it answers 429 (the active
+    buffer is full) or 503 (the log is unavailable), up to ``MAX_PATIENCE_S`` in all."""
+    waited = 0.0
+    while True:
+        response = await http.post(path, json=body)
+        if response.status_code not in RETRY_STATUSES or waited >= MAX_PATIENCE_S:
+            return response
+        delay = float(response.headers.get("retry-after", "1"))
+        await asyncio.sleep(delay)
+        waited += delay
+
+
 async def _close(http: httpx.AsyncClient, path: str, body: Any) -> None:
     """POST a lifecycle call; 409 means the gateway already closed the rollout (its timeout)."""
-    response = await http.post(path, json=body)
+    response = await post_patiently(http, path, body)
     if response.status_code != 409:
         response.raise_for_status()

@@ -7,7 +7,14 @@ import random
 
 import pytest
 
-from forge_rl.guess_task import GuessTask, feedback, make_task, parse_answer, score_episode
+from envs.guess.task import (
+    GuessEnvironment,
+    GuessTask,
+    feedback,
+    make_task,
+    parse_answer,
+    score_episode,
+)
 
 TASK = GuessTask("t", secret=6, max_turns=4)
 
@@ -36,8 +43,9 @@ def test_feedback_says_where_the_secret_is():
 )
 def test_score_episode_by_hand(guesses, signals, outcome):
     score = score_episode(TASK, guesses)
-    assert [v for _, v in score.signals] == pytest.approx(signals)
-    assert [s for s, _ in score.signals] == list(range(len(signals)))
+    assert [s.value for s in score.signals] == pytest.approx(signals)
+    assert [s.step for s in score.signals] == list(range(len(signals)))
+    assert {s.name for s in score.signals} <= {"guess"}
     assert score.outcome == outcome and score.solved == (outcome == 1.0)
     assert score.total == pytest.approx(outcome + sum(signals))
 
@@ -54,3 +62,13 @@ def test_parse_answer_accepts_the_contract_and_names_what_is_wrong():
                      ('{"guesses": [true]}', "expected"), ("[1]", "expected")]:  # fmt: skip
         with pytest.raises(ValueError, match=why):
             parse_answer(bad)
+
+
+def test_the_environment_makes_tasks_and_scores_the_agents_last_line():
+    env = GuessEnvironment(max_turns=4)
+    task = env.make_task(random.Random(3))
+    assert task == make_task(random.Random(3), 4)
+    score = env.score(TASK, '{"guesses": [5, 7, 6]}')
+    assert score == score_episode(TASK, [5, 7, 6]) and score.solved
+    with pytest.raises(ValueError, match="not JSON"):
+        env.score(TASK, "six")

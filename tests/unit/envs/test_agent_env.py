@@ -11,16 +11,15 @@ import sys
 import httpx
 import pytest
 
-from forge_rl.agent_launch import (
+from envs.agent_launch import (
     AgentExit,
     CommandLauncher,
     ForkedLauncher,
     Launcher,
     agent_environment,
 )
-from forge_rl.fleet import Fleet
-from forge_rl.guess_task import make_task
-from forge_rl.run_config import RunSettings
+from envs.fleet import Fleet, FleetConfig
+from envs.guess.task import GuessEnvironment
 
 SECRETS = {
     "FORGE_GATEWAY_ADMIN_KEY": "admin-key-must-not-leak",
@@ -49,9 +48,11 @@ class Recording:
 def agent_sees(launcher: Launcher, tmp_path) -> dict[str, str]:
     """One episode through the fleet, as `forge-rl run` drives it; the gateway is stubbed."""
     recording = Recording(launcher)
-    fleet = Fleet("http://gateway", "admin", recording, RunSettings(), tmp_path / "agents.log")
+    env = GuessEnvironment(max_turns=4)
+    config = FleetConfig(agents=4, group_size=4, agent_timeout_s=60)
+    fleet = Fleet("http://gateway", "admin", env, recording, config, tmp_path / "agents.log")
     rollout = {"rollout_id": "r-1", "base_url": "http://gateway/r/r-1/v1", "api_key": "rk-1"}
-    task = make_task(random.Random(0), 4)
+    task = env.make_task(random.Random(0))
 
     async def episode() -> None:
         stub = httpx.MockTransport(lambda request: httpx.Response(200, json={}))

@@ -3,7 +3,7 @@
 The SDK reads OPENAI_BASE_URL and OPENAI_API_KEY; the task comes in FORGE_TASK (JSON). The
 agent owns its tool, as a sandbox would: it answers each `guess` call, and prints the guesses
 it made as its last stdout line, ``{"guesses": [...]}``, for the environment to verify.
-Run it by hand against any OpenAI-compatible server with ``python -m forge_rl.guess_agent``.
+Run it by hand against any OpenAI-compatible server with ``python -m envs.guess.agent``.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from openai.types.chat import (
     ChatCompletionToolParam,
 )
 
-from forge_rl.guess_task import feedback
+from envs.guess.task import feedback
 
 MODEL = os.environ.get("OPENAI_MODEL", "forge-policy")
 TOOLS: list[ChatCompletionToolParam] = [

@@ -6,8 +6,12 @@ import asyncio
 import os
 import sys
 
-from forge_rl.agent_launch import AgentExit, CommandLauncher, ForkedLauncher
-from forge_rl.fleet import answer_of
+from envs.agent_launch import AgentExit, CommandLauncher, ForkedLauncher
+from envs.fleet import verdict
+from envs.guess.task import GuessEnvironment, GuessTask
+
+ENV = GuessEnvironment(max_turns=4)
+TASK = GuessTask("t", secret=1, max_turns=4)
 
 
 def echo_task() -> None:
@@ -34,12 +38,13 @@ def test_command_launcher_passes_the_environment_and_reads_the_last_line():
     exit_ = run(CommandLauncher(f"{sys.executable} -c 'import os; print(1); "
                                 "print(os.environ[\"FORGE_TASK\"])'"))  # fmt: skip
     assert exit_.code == 0 and exit_.last_line == '{"guesses": [1]}'
-    assert answer_of(exit_) == ([1], None)
+    score = verdict(ENV, TASK, exit_)
+    assert not isinstance(score, str) and score.solved
 
 
 def test_command_launcher_reports_failures_and_kills_on_timeout():
     failed = run(CommandLauncher("echo oops >&2; exit 3"))
-    assert answer_of(failed) == (None, "agent exited 3: oops")
+    assert verdict(ENV, TASK, failed) == "agent exited 3: oops"
     slow = run(CommandLauncher("sleep 30"), timeout_s=0.5)
     assert slow.code != 0 and "killed after" in slow.stderr
 
@@ -50,12 +55,12 @@ def test_forked_launcher_runs_the_target_with_the_episode_environment():
     assert exit_.code == 0 and exit_.last_line == '{"guesses": [1]}'
     crashed = run(ForkedLauncher(crash, []))
     assert crashed.code == 1 and "tool sandbox broke" in crashed.stderr
-    guesses, problem = answer_of(crashed)
-    assert guesses is None and problem is not None and problem.startswith("agent exited 1")
+    problem = verdict(ENV, TASK, crashed)
+    assert isinstance(problem, str) and problem.startswith("agent exited 1")
     hung = run(ForkedLauncher(hang, []), timeout_s=0.5)
     assert hung.code != 0 and "killed after" in hung.stderr
 
 
 def test_an_agent_without_an_answer_is_aborted_with_the_reason():
-    guesses, problem = answer_of(AgentExit(0, "I think it is 4\n", ""))
-    assert guesses is None and problem is not None and "no answer" in problem
+    problem = verdict(ENV, TASK, AgentExit(0, "I think it is 4\n", ""))
+    assert isinstance(problem, str) and "no answer" in problem
