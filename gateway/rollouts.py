@@ -34,6 +34,8 @@ from schemas.records import (
     RolloutStarted,
 )
 
+CLOSED_KEPT_S = 3600.0
+
 
 def key_hash(api_key: str) -> str:
     return hashlib.sha256(api_key.encode()).hexdigest()
@@ -61,9 +63,12 @@ class Rollout:
     """Requests read from the log, until their responses arrive."""
 
     def close(self, status: str) -> None:
+        """Closed for good: what it kept for serving calls goes (a closed rollout takes no
+        event, not even one read back from the log)."""
         self.status, self.closed = status, time.monotonic()
         self.recent.clear()
         self.requests.clear()
+        self.seen.clear()
 
 
 class RolloutRegistry:
@@ -112,8 +117,9 @@ class RolloutRegistry:
         ]
 
     def prune(self, now: float) -> None:
-        """Forget rollouts closed more than a timeout ago: a week-long run stays bounded."""
-        for r in [r for r in self._by_id.values() if r.closed and now - r.closed > self.timeout_s]:
+        """Forget rollouts closed more than ``CLOSED_KEPT_S`` ago (until then their key gets 409,
+        not 401): a week-long run stays bounded."""
+        for r in [r for r in self._by_id.values() if r.closed and now - r.closed > CLOSED_KEPT_S]:
             self.forget(r.rollout_id)
 
     def running(self) -> Iterable[Rollout]:
@@ -133,7 +139,7 @@ class RolloutRegistry:
             else:
                 self.unresumable.setdefault(rid, "its RolloutStarted is not in the log read")
             return
-        if envelope.event_id in rollout.seen:
+        if envelope.event_id in rollout.seen or rollout.status != "running":
             return
         rollout.seen.add(envelope.event_id)
         if isinstance(payload, ModelRequest):

@@ -107,7 +107,9 @@ def test_a_slow_query_is_stopped_while_the_worker_keeps_answering(worker):
     assert _answers(url)  # the event loop is free while the query runs...
     assert query.is_alive() and time.monotonic() - started < 2.5  # ...well before it ends
     query.join(30)
-    assert time.monotonic() - started > 2.9
+    # Stopped by the limit, long before its natural end (minutes); ClickHouse may stop it
+    # before the limit itself when it estimates the query cannot finish within it.
+    assert not query.is_alive()
     assert slow[0].status_code == 400 and "Timeout exceeded" in slow[0].json()["error"]
 
 
