@@ -97,11 +97,27 @@ TRAIN_STEP_ADDED_COLUMNS: tuple[tuple[str, str], ...] = (
 """train_steps columns added after the table's first release (TrainStep fields with defaults):
 ``ensure_tables`` adds them to a table created before them, so an old store keeps working."""
 
+ROLLOUT_ADDED_COLUMNS: tuple[tuple[str, str], ...] = (("scoring_s", "Float64"),)
+"""rollouts columns added later: the rollout's group's scoring time (``Trajectory.scoring_s``)."""
+
+CALL_ADDED_COLUMNS: tuple[tuple[str, str], ...] = (
+    ("choice_index", "UInt32"),
+    ("cached_tokens", "UInt32"),
+)
+"""calls columns added later: which choice of its request a row is (a request's engine time and
+prompt are counted once, on choice 0) and the prompt tokens shared with the parent call."""
+
+
+def _added(table: str, columns: tuple[tuple[str, str], ...]) -> str:
+    return f"ALTER TABLE {table} " + ", ".join(
+        f"ADD COLUMN IF NOT EXISTS {name} {kind}" for name, kind in columns
+    )
+
+
 MIGRATIONS: dict[str, str] = {
-    "train_steps": "ALTER TABLE train_steps "
-    + ", ".join(
-        f"ADD COLUMN IF NOT EXISTS {name} {kind}" for name, kind in TRAIN_STEP_ADDED_COLUMNS
-    ),
+    "train_steps": _added("train_steps", TRAIN_STEP_ADDED_COLUMNS),
+    "rollouts": _added("rollouts", ROLLOUT_ADDED_COLUMNS),
+    "calls": _added("calls", CALL_ADDED_COLUMNS),
 }
 """Idempotent DDL bringing a table created by an older release up to ``TABLES``."""
 

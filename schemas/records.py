@@ -39,6 +39,8 @@ class Record:
         if type(other) is not type(self):
             return NotImplemented
         for f in dataclasses.fields(self):  # type: ignore[arg-type]
+            if not f.compare:  # a measurement, not content (``Trajectory.scoring_s``)
+                continue
             a, b = getattr(self, f.name), getattr(other, f.name)
             if isinstance(a, np.ndarray) or isinstance(b, np.ndarray):
                 if not np.array_equal(a, b):
@@ -214,6 +216,9 @@ class Trajectory(Record):
     outcome_reward: float | None = None
     total_reward: float = 0.0
     group_completed_ts: datetime | None = None
+    scoring_s: float = field(default=0.0, compare=False)
+    """Seconds the process that scored this trajectory's group spent on it (the same for every
+    member): a replay's is its own. A measurement, not content: left out of equality."""
 
 
 @dataclass(eq=False, slots=True)

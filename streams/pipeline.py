@@ -5,7 +5,8 @@ the group timeout passed in event time) -> rewards (rollouts larger than one mes
 non-finite reward input left out and counted) -> windowed FIFO over the queue indices,
 driven by event time: facts (policy versions, queue entries, group completions) are applied
 in timestamp order, so the output depends only on the log's content, never on how it was
-delivered. Replays run exactly this.
+delivered (a trajectory's ``scoring_s`` aside: this run's measurement, outside equality).
+Replays run exactly this.
 """
 
 from __future__ import annotations

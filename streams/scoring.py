@@ -5,13 +5,16 @@ whose outcome or a signal value is not finite (an older log, another producer) i
 before scoring — inside the group it would make every member's advantage non-finite through
 the baseline —, and one whose trajectory does not fit one message after it (it counted in the
 baseline). The worker dead-letters rejected rollouts with the reason; a replay counts them.
+Each scored trajectory carries the group's scoring time, measured here for both: the cost
+ledger's credit-assignment cost (a replay's is its own).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -58,9 +61,15 @@ def oversize_trajectory(trajectory: Trajectory) -> str | None:
 
 
 def score_trajectories(
-    members: Sequence[AssembledRollout], config: RewardConfig, completed_at: datetime
+    members: Sequence[AssembledRollout],
+    config: RewardConfig,
+    completed_at: datetime,
+    clock: Callable[[], float] = time.perf_counter,
 ) -> ScoredGroup:
-    """Each call carries its step's reward r_t, reward-to-go R_t and advantage Â_t."""
+    """Each call carries its step's reward r_t, reward-to-go R_t and advantage Â_t; each
+    trajectory the ``clock`` seconds this took for the whole group (checks, rewards,
+    advantages, message sizes) as ``scoring_s``."""
+    started = clock()
     verdicts = [(m, unscorable(m)) for m in members]
     rejected = [Rejected(m, reason) for m, reason in verdicts if reason is not None]
     valid = [m for m, reason in verdicts if reason is None]
@@ -107,4 +116,5 @@ def score_trajectories(
             out.append(trajectory)
         else:
             rejected.append(Rejected(member, reason))
-    return ScoredGroup(out, rejected)
+    scoring_s = clock() - started
+    return ScoredGroup([dataclasses.replace(t, scoring_s=scoring_s) for t in out], rejected)

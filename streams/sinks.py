@@ -41,10 +41,12 @@ ROLLOUT_COLUMNS = (
     "rollout_id", "group_id", "task_id", "queue_index", "status", "started_at", "ended_at",
     "duration_s", "outcome_reward", "total_reward", "num_calls", "prompt_tokens",
     "completion_tokens", "policy_version", "staleness",
+    "scoring_s",  # infra.analytics.ROLLOUT_ADDED_COLUMNS
 )  # fmt: skip
 CALL_COLUMNS = (
     "call_id", "rollout_id", "ts", "policy_version", "prompt_tokens", "new_prompt_tokens",
     "completion_tokens", "latency_ms", "finish_reason", "retokenization_drift",
+    "choice_index", "cached_tokens",  # infra.analytics.CALL_ADDED_COLUMNS
 )  # fmt: skip
 
 
@@ -66,11 +68,13 @@ def rollout_row(trajectory: Trajectory, staleness: int) -> list[Any]:
         sum(int(c.completion_token_ids.shape[0]) for c in calls),
         oldest_policy(calls),
         staleness,
+        trajectory.scoring_s,
     ]
 
 
 def call_rows(events: Iterable[Envelope]) -> list[list[Any]]:
-    """One row per model call choice, from its ModelRequest and ModelResponse events."""
+    """One row per model call choice, from its ModelRequest and ModelResponse events; the
+    request's latency (engine time) and prompt repeat on every choice's row."""
     requests: dict[str, tuple[Envelope, ModelRequest]] = {}
     rows = []
     for env in events:
@@ -91,6 +95,8 @@ def call_rows(events: Iterable[Envelope]) -> list[list[Any]]:
                     resp.latency_ms,
                     resp.finish_reason,
                     int(req.retokenization_drift),
+                    resp.choice_index,
+                    req.shared_prefix_len,
                 ]
             )
     return rows
