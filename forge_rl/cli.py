@@ -406,16 +406,24 @@ def replay(
 
 @main.command()
 @click.argument("reports", nargs=-1, type=click.Choice(["rewards", "durations", "staleness",
-                                                        "throughput", "training"]))  # fmt: skip
+                                                        "throughput", "training",
+                                                        "costs"]))  # fmt: skip
 @click.option("--sql", help="Run this SQL instead of the ready reports.")
+@click.option("--bucket-s", default=60, show_default=True, type=click.IntRange(min=1),
+              help="Width of the costs report's time buckets, in seconds.")  # fmt: skip
 @click.pass_context
-def analytics(ctx: click.Context, reports: tuple[str, ...], sql: str | None) -> None:
+def analytics(ctx: click.Context, reports: tuple[str, ...], sql: str | None, bucket_s: int) -> None:
     """Ready reports (reward by policy version, completion times, staleness, throughput,
-    training) or raw SQL over the analytics store."""
-    from streams.reports import REPORTS
+    training, costs: the cost ledger over time and its waste) or raw SQL over the store."""
+    from streams.reports import REPORTS, cost_reports
 
-    queries = [("query", sql)] if sql else [REPORTS[r] for r in (reports or REPORTS)]
+    chosen = reports or (*REPORTS, "costs")
+    queries = [("query", sql)] if sql else [
+        q for r in chosen for q in (cost_reports(bucket_s) if r == "costs" else [REPORTS[r]])
+    ]  # fmt: skip
     for title, columns, rows in run_queries(ctx, queries):
+        if not sql and len(rows) == 1 and len(columns) > 6:  # the run's cost: a line a figure
+            columns, rows = ["figure", "value"], list(zip(columns, rows[0], strict=True))
         table = Table(*columns, title=title)
         for row in rows:
             table.add_row(*(str(v) for v in row))
@@ -471,6 +479,112 @@ def run_queries(
         return [(title, *query_rows(client, sql)) for title, sql in queries]
     finally:
         client.close()
+
+
+@main.command()
+@click.option(
+    "--run",
+    "run_id",
+    help="Only this run's span (a directory under FORGE_HOME/runs; "
+    "its summary.json start and end times). Default: everything in the store.",
+)
+@click.option(
+    "--out",
+    "out_dir",
+    required=True,
+    type=click.Path(file_okay=False, path_type=Path),
+    help="Directory for the PNGs and index.html (created if missing).",
+)
+@click.pass_context
+def report(ctx: click.Context, run_id: str | None, out_dir: Path) -> None:
+    """Pictures of a run from the analytics store: reward and solved share by policy version,
+    staleness, the cost ledger over time, trainer time by phase, KL and importance weights,
+    throughput; one HTML page (index.html) showing them."""
+    from forge_rl.report import write_report
+    from forge_rl.report_data import Span, run_span
+
+    span = run_span(infra_settings(ctx).home / "runs", run_id) if run_id else Span()
+
+    def ask(queries: list[tuple[str, str]]) -> list[tuple[list[str], list[tuple[object, ...]]]]:
+        return [(columns, rows) for _, columns, rows in run_queries(ctx, queries)]
+
+    console.print(f"report: {write_report(ask, out_dir, span)}")
+
+
+@main.command()
+@click.option(
+    "--tensorboard",
+    "tensorboard_dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    help="Write TensorBoard event files into this directory.",
+)
+@click.option(
+    "--mlflow",
+    "mlflow_uri",
+    help="Log to an MLflow run at this tracking URI (a server, "
+    "or file:///path: then MLFLOW_ALLOW_FILE_STORE=true is set for this process).",
+)
+@click.option("--experiment", default="forge-rl", show_default=True, help="MLflow experiment.")
+@click.option("--run-name", help="MLflow run name.")
+@click.option("--topic", default="forge.metrics", show_default=True, help="TrainStep topic.")
+@click.option(
+    "--start",
+    type=click.Choice(["beginning", "end"]),
+    default="beginning",
+    show_default=True,
+    help="Read the topic from its beginning or only new steps.",
+)
+@click.option(
+    "--idle-exit",
+    "idle_exit_s",
+    type=float,
+    help="Exit after this many seconds without a record (default: run until Ctrl-C).",
+)
+@click.pass_context
+def track(
+    ctx: click.Context,
+    tensorboard_dir: Path | None,
+    mlflow_uri: str | None,
+    experiment: str,
+    run_name: str | None,
+    topic: str,
+    start: str,
+    idle_exit_s: float | None,
+) -> None:
+    """Log the trainer's TrainStep records (forge.metrics) to TensorBoard and/or MLflow: each
+    numeric field a scalar at its step, a re-published step once. Needs the `tracking` extra."""
+    import os
+
+    from forge_rl.tracking import MlflowSink, ScalarSink, TensorBoardSink, topic_steps, track_steps
+
+    if tensorboard_dir is None and mlflow_uri is None:
+        raise ConfigError("nothing to log to: give --tensorboard DIR and/or --mlflow URI")
+    bootstrap = require_bootstrap(infra_settings(ctx))
+    sinks: list[ScalarSink] = []
+    try:
+        if tensorboard_dir is not None:
+            sinks.append(TensorBoardSink(tensorboard_dir))
+        if mlflow_uri is not None:
+            if mlflow_uri.startswith("file:"):  # refused by MLflow 3 unless opted in
+                os.environ.setdefault("MLFLOW_ALLOW_FILE_STORE", "true")
+            mlflow = MlflowSink(mlflow_uri, experiment, run_name)
+            sinks.append(mlflow)
+            console.print(f"MLflow run {mlflow.run_id} in experiment {experiment}")
+        steps = topic_steps(
+            bootstrap, topic, from_beginning=start == "beginning", idle_exit_s=idle_exit_s
+        )
+        with console.status(f"reading {topic}…") as spinner:
+            logged = track_steps(
+                steps,
+                sinks,
+                on_step=lambda s: spinner.update(f"step {s.step} · loss {s.loss:+.4f}"),
+            )
+        console.print(f"logged {logged} steps")
+    except KeyboardInterrupt:
+        console.print("stopped")
+    finally:
+        for sink in sinks:
+            sink.close()
 
 
 if __name__ == "__main__":

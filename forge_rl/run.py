@@ -28,6 +28,7 @@ from envs.task import TaskOptions
 from forge_rl.learning import LearningSummary, learning_summary
 from forge_rl.pipeline_watch import PipelineWatch
 from forge_rl.progress import ProgressView, progress_display, progress_view, status
+from forge_rl.report_data import run_started
 from forge_rl.run_config import RunSettings
 from forge_rl.supervisor import Child, Supervisor
 from infra.config import InfraSettings
@@ -336,6 +337,8 @@ def run(settings: RunSettings, infra: InfraSettings, config_file: Path | None,
         runner.where(bootstrap)
         record = {
             "run_id": runner.run_id,
+            "started_at": run_started(runner.run_id),  # the span `forge-rl report --run` reads
+            "ended_at": datetime.now(UTC),
             "config": str(config_file) if config_file else None,
             "seconds": time.monotonic() - runner.state.started,
             "served_version": runner.state.served_version,
@@ -348,6 +351,13 @@ def run(settings: RunSettings, infra: InfraSettings, config_file: Path | None,
             **analytics,
         }
         (runner.run_dir / "summary.json").write_text(json.dumps(record, indent=2, default=str))
+        try:
+            from forge_rl.report import write_run_report  # matplotlib: only at the end
+
+            page = write_run_report(runner.web_url, infra.home, runner.run_id)
+            console.print(f"report: [bold]{page}[/bold]")
+        except ForgeError as exc:
+            console.print(f"[yellow]report not written: {exc}[/yellow]")
         return summary
     finally:
         if watch is not None:
