@@ -13,12 +13,11 @@ import time
 import psutil
 import pytest
 
-from infra.kafka_clients import sync_consumer, sync_producer
+from infra.kafka_clients import sync_consumer
 from infra.log_reader import LogRange, read_log
-from schemas import codec
 from schemas.records import TrainStep
-from schemas.topics import METRICS, POLICY, derived_train_topic
-from tests.builders import train_sample
+from schemas.topics import METRICS, POLICY
+from tests.integration.test_trainer_restart import filled_train_topic, trainer_env
 from trainer.launch import trainer_command
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -32,21 +31,6 @@ def command(topic: str, ranks: int) -> list[str]:
     """The argv ``forge-rl run --trainer-ranks`` starts, with this test's topic and steps."""
     cli = trainer_command([sys.executable, "-m", "forge_rl.cli"], ranks)
     return [*cli, "--topic", topic, "--batch-size", str(BATCH), "--max-steps", str(STEPS)]
-
-
-def trainer_env(kafka: str, home, metrics: str, policy: str) -> dict[str, str]:
-    env = {
-        **os.environ,
-        "FORGE_HOME": str(home),
-        "FORGE_KAFKA_BOOTSTRAP": kafka,
-        "FORGE_TRAINER_METRICS_TOPIC": metrics,
-        "FORGE_TRAINER_POLICY_TOPIC": policy,
-        "FORGE_TRAINER_LR": "0.01",
-        "HF_HUB_OFFLINE": "1",
-    }
-    for name in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"):
-        env.pop(name, None)
-    return env
 
 
 def published_steps(kafka: str, spec) -> list[TrainStep]:
@@ -75,13 +59,7 @@ def stop(proc: subprocess.Popen) -> None:
 
 @pytest.fixture
 def train_topic(kafka, fresh_topic):
-    spec = fresh_topic(derived_train_topic("forge.train"))
-    producer = sync_producer(kafka)
-    for i in range(SAMPLES):
-        producer.send(spec.name, codec.encode(train_sample(i)))
-    producer.flush()
-    producer.close()
-    return spec
+    return filled_train_topic(kafka, fresh_topic, SAMPLES)
 
 
 def test_two_ranks_killed_and_restarted_train_what_one_rank_trains(

@@ -32,7 +32,8 @@ def trainer_cmd(topic: str) -> list[str]:
 
 
 def trainer_env(kafka: str, home, metrics: str, policy: str) -> dict[str, str]:
-    return {
+    """A trainer's environment; no launcher variables inherited (torchrun sets its own)."""
+    env = {
         **os.environ,
         "FORGE_HOME": str(home),
         "FORGE_KAFKA_BOOTSTRAP": kafka,
@@ -41,6 +42,20 @@ def trainer_env(kafka: str, home, metrics: str, policy: str) -> dict[str, str]:
         "FORGE_TRAINER_LR": "0.01",
         "HF_HUB_OFFLINE": "1",
     }
+    for name in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"):
+        env.pop(name, None)
+    return env
+
+
+def filled_train_topic(kafka: str, fresh_topic, samples: int):
+    """A private ordered topic holding ``samples`` multi-turn samples."""
+    spec = fresh_topic(derived_train_topic("forge.train"))
+    producer = sync_producer(kafka)
+    for i in range(samples):
+        producer.send(spec.name, codec.encode(train_sample(i)))
+    producer.flush()
+    producer.close()
+    return spec
 
 
 def steps_on(kafka: str, spec) -> dict[int, TrainStep]:
@@ -50,13 +65,7 @@ def steps_on(kafka: str, spec) -> dict[int, TrainStep]:
 
 @pytest.fixture
 def train_topic(kafka, fresh_topic):
-    spec = fresh_topic(derived_train_topic("forge.train"))
-    producer = sync_producer(kafka)
-    for i in range(SAMPLES):
-        producer.send(spec.name, codec.encode(train_sample(i)))
-    producer.flush()
-    producer.close()
-    return spec
+    return filled_train_topic(kafka, fresh_topic, SAMPLES)
 
 
 def test_kill_and_restart_trains_the_same_samples_as_an_uninterrupted_run(
