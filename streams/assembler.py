@@ -10,7 +10,7 @@ references stay unambiguous.
 
 from __future__ import annotations
 
-from collections.abc import Container, Iterable
+from collections.abc import Container
 from dataclasses import dataclass, field
 from datetime import datetime
 
@@ -40,11 +40,6 @@ def admits(event_ids: Container[str], ended: bool, envelope: Envelope) -> bool:
 
 def is_end(envelope: Envelope) -> bool:
     return isinstance(envelope.payload, RolloutFinished | RolloutAborted)
-
-
-def oldest_policy(calls: Iterable[TrajectoryCall], default: int = 0) -> int:
-    """A trajectory's oldest policy version: what its staleness is measured from."""
-    return min((c.policy_version for c in calls), default=default)
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 from schemas.records import PolicyUpdated, QueueEntry, TrainSample, Trajectory
-from streams.assembler import oldest_policy
+from schemas.tokens import oldest_policy
 from streams.windowed_fifo import Emitted, WindowedFifo
 
 POLICY, QUEUED, COMPLETED = 0, 1, 2

@@ -11,7 +11,8 @@ from clickhouse_connect.driver.client import Client
 from clickhouse_connect.driver.exceptions import ClickHouseError
 
 from schemas.records import Envelope, ModelRequest, ModelResponse, TrainStep, Trajectory
-from streams.assembler import oldest_policy, sequence_id
+from schemas.tokens import oldest_policy
+from streams.assembler import sequence_id
 
 log = logging.getLogger(__name__)
 

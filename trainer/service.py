@@ -33,6 +33,7 @@ from kafka import KafkaProducer
 from infra.kafka_clients import ensure_topics, sync_producer
 from schemas import codec
 from schemas.records import PolicyUpdated, TrainSample, TrainStep
+from schemas.tokens import oldest_policy
 from schemas.topics import BY_NAME, METRICS, POLICY, derived_train_topic
 from trainer.base_model import load_base_model, resolve_base_model
 from trainer.batch_loss import BatchStats
@@ -58,10 +59,7 @@ log = logging.getLogger(__name__)
 
 def staleness(samples: list[TrainSample], version: int) -> tuple[float, int]:
     """Policy versions between each sample's oldest call and the policy being trained."""
-    lags = [
-        version - min((c.policy_version for c in s.trajectory.calls), default=version)
-        for s in samples
-    ]
+    lags = [version - oldest_policy(s.trajectory.calls, default=version) for s in samples]
     return (sum(lags) / len(lags), max(lags)) if lags else (0.0, 0)
 
 
