@@ -36,7 +36,8 @@ class GatewaySettings(ForgeSettings):
         description="Embedded engines in this process; several are routed as a fleet.",
     )
     vllm_urls: list[str] = Field(
-        default_factory=list, description="vLLM servers of a fleet; default: vllm_url alone."
+        default_factory=list,
+        description="vLLM servers of a fleet (with engine vllm); default: vllm_url alone.",
     )
     max_inflight_per_engine: int = Field(
         default=16,
@@ -102,8 +103,6 @@ class GatewaySettings(ForgeSettings):
     def _one_kind_of_fleet(self) -> GatewaySettings:
         if self.engine == "vllm" and self.engines != 1:
             raise ValueError("engines counts embedded engines; a vLLM fleet is vllm_urls")
-        if self.engine == "embedded" and self.vllm_urls:
-            raise ValueError("vllm_urls needs engine: vllm")
         return self
 
     @property

@@ -168,7 +168,7 @@ def test_gateway_and_vllm_load_the_policies_where_the_trainer_writes_them(monkey
     all_ = services()
     volume, inside, read_only = location(all_["trainer"], policies)
     assert not read_only
-    for reader in ("gateway", "vllm"):  # PolicyUpdated names the trainer's absolute path
+    for reader in ("gateway", "vllm", "vllm-2"):  # PolicyUpdated names the trainer's path
         assert location(all_[reader], policies)[:2] == (volume, inside), reader
 
 
@@ -176,7 +176,9 @@ def test_vllm_and_the_gateway_serve_the_trainers_base_model(monkeypatch):
     trainer = load("trainer", monkeypatch)
     base = trainer[TrainerSettings].base_model or default_base_model(trainer[InfraSettings].home)
     gateway = load("gateway", monkeypatch)[GatewaySettings]
-    vllm = services()["vllm"]
+    fleet = [services()[name] for name in ("vllm", "vllm-2")]
+    assert fleet[0] == fleet[1]  # two of the same server, the gateway in front of both
+    vllm = fleet[0]
     assert vllm["entrypoint"] == ["vllm", "serve"]
     command = [str(c) for c in vllm["command"]]
     model = option(command, "--model", command[0])
@@ -185,7 +187,8 @@ def test_vllm_and_the_gateway_serve_the_trainers_base_model(monkeypatch):
     where = location(all_["trainer"], PurePosixPath(str(base)))[:2]
     assert location(all_["vllm"], PurePosixPath(model))[:2] == where
     assert option(command, "--served-model-name") == gateway.served_model_name
-    assert gateway.vllm_url == f"http://vllm:{option(command, '--port', '8000')}"
+    port = option(command, "--port", "8000")
+    assert gateway.vllm_urls == [f"http://vllm:{port}", f"http://vllm-2:{port}"]
     assert vllm["environment"]["VLLM_SERVER_DEV_MODE"] == "1"  # the gateway's weight reload
     assert vllm["profiles"] == ["gpu"]
 
