@@ -250,17 +250,17 @@ def trainer(
     settings = load_settings(TrainerSettings, ctx.find_root().obj, "trainer", overrides)
     bootstrap = require_bootstrap(infra)
     from trainer.launch import launched_rank
-    from trainer.service import Trainer
+    from trainer.service import open_trainer
 
     if launched_rank() != 0:  # one rank of several (under torchrun): rank 0 reports for all
-        run = Trainer(settings, bootstrap, infra.home)
+        run = open_trainer(settings, bootstrap, infra.home)
         try:
             run.run()
         finally:
             run.close()
         return
     with console.status("starting DeepSpeed…"):
-        run = Trainer(settings, bootstrap, infra.home)
+        run = open_trainer(settings, bootstrap, infra.home)
     from infra.metrics_server import TrainerMetrics, serve_metrics
 
     metrics = TrainerMetrics()

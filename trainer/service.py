@@ -39,6 +39,7 @@ from trainer.base_model import load_base_model, resolve_base_model
 from trainer.batch_loss import BatchStats
 from trainer.checkpoints import load_latest_checkpoint, save_checkpoint, step_tag
 from trainer.config import TrainerSettings
+from trainer.data_parallel import Collective
 from trainer.distributed import (
     deepspeed_engine,
     gathered_state_dict,
@@ -46,7 +47,7 @@ from trainer.distributed import (
     rank_device,
     train_batch,
 )
-from trainer.outputs import resolve_outputs
+from trainer.outputs import RunOutputs, resolve_outputs
 from trainer.policy_export import base_assets, version_dir_name, write_policy_version
 from trainer.sample_check import check_sample
 from trainer.sample_source import SampleSource
@@ -64,38 +65,35 @@ def staleness(samples: list[TrainSample], version: int) -> tuple[float, int]:
 
 
 class Trainer:
-    def __init__(self, settings: TrainerSettings, bootstrap: str, home: Path) -> None:
+    """The training loop over parts that are already open (``open_trainer`` opens them):
+    constructing one does no I/O."""
+
+    def __init__(
+        self,
+        settings: TrainerSettings,
+        outputs: RunOutputs,
+        engine: Any,
+        ranks: Collective,
+        producer: KafkaProducer | None,
+        base_assets: list[Path],
+        watch: Stopwatch,
+    ) -> None:
         self.settings = settings
-        self.outputs = resolve_outputs(settings, home)
-        torch.manual_seed(settings.seed)
-        base = resolve_base_model(settings.base_model, home, seed=settings.seed)
-        self.base_assets = base_assets(base)  # tokenizer files etc. every version copies
-        model = load_base_model(base, use_flex=settings.use_flex)
-        device = rank_device(settings.device)
-        self.engine = deepspeed_engine(model.to(device), settings)
-        self.ranks = process_ranks()
-        self.lead = self.ranks.rank == 0  # reads, exports, prunes and publishes
-        self.producer: KafkaProducer | None = None
-        if self.lead:
-            ensure_topics(bootstrap, self.outputs.topics, timeout_s=30)
-            self.producer = sync_producer(bootstrap)
+        self.outputs = outputs
+        self.engine = engine
+        self.ranks = ranks
+        self.lead = ranks.rank == 0  # reads, exports, prunes and publishes
+        self.producer = producer
+        self.base_assets = base_assets  # tokenizer files etc. every version copies
+        self.watch = watch
         self.step = 0
         self.version = 0
         self.queue_head = -1
-        self.watch = Stopwatch(device_synchronizer(device))
-        start_offset = self._resume()
-        source = None
-        if self.producer is not None:
-            spec = BY_NAME.get(settings.topic) or derived_train_topic(settings.topic)
-            check = functools.partial(
-                check_sample, max_tokens=settings.max_row_tokens, vocab_size=model.config.vocab_size
-            )
-            source = SampleSource(
-                bootstrap, spec, self.producer, start_offset=start_offset, check=check
-            )
-        self.source = SharedBatches(source, self.ranks)
+        self.source: SharedBatches | None = None
+        """Attached once the offset to read from is known (after ``resume``)."""
 
-    def _resume(self) -> int:
+    def resume(self) -> int:
+        """Load the latest checkpoint (or announce the base policy); the offset to read from."""
         client_state = load_latest_checkpoint(self.engine, self.outputs.checkpoints, self.ranks)
         if client_state is None:
             self._export_and_announce(None)
@@ -109,6 +107,7 @@ class Trainer:
 
     def run(self, on_step: Any = None) -> int:
         """Train until max_steps (or the topic idles with idle_exit_s); return steps taken."""
+        assert self.source is not None, "open_trainer attaches the source"
         taken = 0
         s = self.settings
         while s.max_steps is None or self.step < s.max_steps:
@@ -212,6 +211,35 @@ class Trainer:
             future.get(timeout=30)
 
     def close(self) -> None:
-        self.source.close()
+        if self.source is not None:
+            self.source.close()
         if self.producer is not None:
             self.producer.close()
+
+
+def open_trainer(settings: TrainerSettings, bootstrap: str, home: Path) -> Trainer:
+    """Load the base model, build the DeepSpeed engine, open Kafka (rank 0), resume from the
+    latest checkpoint and start reading at its stored offset."""
+    outputs = resolve_outputs(settings, home)
+    torch.manual_seed(settings.seed)
+    base = resolve_base_model(settings.base_model, home, seed=settings.seed)
+    model = load_base_model(base, use_flex=settings.use_flex)
+    device = rank_device(settings.device)
+    engine = deepspeed_engine(model.to(device), settings)
+    ranks = process_ranks()
+    producer = None
+    if ranks.rank == 0:
+        ensure_topics(bootstrap, outputs.topics, timeout_s=30)
+        producer = sync_producer(bootstrap)
+    watch = Stopwatch(device_synchronizer(device))
+    trainer = Trainer(settings, outputs, engine, ranks, producer, base_assets(base), watch)
+    start_offset = trainer.resume()
+    source = None
+    if producer is not None:
+        spec = BY_NAME.get(settings.topic) or derived_train_topic(settings.topic)
+        check = functools.partial(
+            check_sample, max_tokens=settings.max_row_tokens, vocab_size=model.config.vocab_size
+        )
+        source = SampleSource(bootstrap, spec, producer, start_offset=start_offset, check=check)
+    trainer.source = SharedBatches(source, ranks)
+    return trainer
