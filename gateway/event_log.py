@@ -8,7 +8,12 @@ from collections.abc import Sequence
 from typing import Protocol
 
 from aiokafka import AIOKafkaProducer
-from aiokafka.errors import KafkaError
+from aiokafka.errors import (
+    InvalidProducerEpoch,
+    KafkaError,
+    OutOfOrderSequenceNumber,
+    UnknownProducerId,
+)
 
 from gateway.errors import EventLogUnavailableError
 from infra.kafka_clients import durable_producer
@@ -16,6 +21,7 @@ from schemas import codec
 from schemas.records import Envelope, QueueEntry
 
 log = logging.getLogger(__name__)
+BROKEN_PRODUCER = (OutOfOrderSequenceNumber, UnknownProducerId, InvalidProducerEpoch)
 UNAVAILABLE = "the event log is unavailable: nothing of this request was recorded; retry later"
 
 
@@ -40,14 +46,18 @@ class EventLog:
         self.timeout_s = timeout_s
         self.bootstrap = bootstrap
 
-    async def start(self) -> None:
-        """Connect; aiokafka binds its producer to the running event loop, so it is made here."""
-        self.producer: AIOKafkaProducer = durable_producer(
+    def _new_producer(self) -> AIOKafkaProducer:
+        return durable_producer(
             self.bootstrap,
             linger_ms=0,
             request_timeout_ms=int(self.timeout_s * 1000),
             client_id="forge-gateway",
         )
+
+    async def start(self) -> None:
+        """Connect; aiokafka binds its producer to the running event loop, so it is made here."""
+        self.producer: AIOKafkaProducer = self._new_producer()
+        self._renewing = False
         try:
             await asyncio.wait_for(self.producer.start(), self.timeout_s)
         except (KafkaError, OSError, TimeoutError) as exc:
@@ -78,6 +88,7 @@ class EventLog:
             metadata = await asyncio.wait_for(asyncio.shield(sent), self.timeout_s)
         except (KafkaError, TimeoutError, OSError) as exc:
             log.warning("queue entry for %s not acknowledged: %r", entry.rollout_id, exc)
+            await self._renew_if_broken(exc)
             raise EventLogUnavailableError(UNAVAILABLE, pending=sent) from exc
         return int(metadata.offset)
 
@@ -89,7 +100,34 @@ class EventLog:
             await asyncio.wait_for(self._send_all(envelopes), self.timeout_s)
         except (KafkaError, TimeoutError, OSError) as exc:
             log.warning("events of %s not acknowledged: %r", envelopes[0].rollout_id, exc)
+            await self._renew_if_broken(exc)
             raise EventLogUnavailableError(UNAVAILABLE) from exc
+
+    async def _renew_if_broken(self, exc: BaseException) -> None:
+        """After a broker restart the idempotent producer's sequence numbers can have a gap the
+        broker refuses for good (OutOfOrderSequenceNumber on every send): only a new producer,
+        with a new producer id, gets through. Its callers are answered 503 meanwhile."""
+        if not isinstance(exc, BROKEN_PRODUCER) or self._renewing:
+            return
+        self._renewing = True
+        old, self.producer = self.producer, self._new_producer()
+        try:
+            log.warning("Kafka refused the producer's state (%r): starting a new producer", exc)
+            await asyncio.wait_for(self.producer.start(), self.timeout_s)
+        except (KafkaError, OSError, TimeoutError) as start_failed:
+            log.warning("the new producer could not start yet: %r", start_failed)
+            failed, self.producer = self.producer, old
+            await self._stop(failed)
+        else:
+            await self._stop(old)
+        finally:
+            self._renewing = False
+
+    async def _stop(self, producer: AIOKafkaProducer) -> None:
+        try:
+            await asyncio.wait_for(producer.stop(), self.timeout_s)
+        except (KafkaError, OSError, TimeoutError):
+            log.warning("an old producer did not stop cleanly")
 
     async def _send_all(self, envelopes: Sequence[Envelope]) -> None:
         futures = [

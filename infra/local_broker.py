@@ -219,7 +219,10 @@ def _cluster_id() -> str:
 
 
 def _require_free(port: int) -> None:
+    """Nothing listens on ``port``. SO_REUSEADDR as the broker itself binds: the broker's own
+    connections left in TIME_WAIT after a stop must not make its restart fail for a minute."""
     with socket.socket() as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             s.bind(("127.0.0.1", port))
         except OSError as exc:

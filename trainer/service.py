@@ -29,6 +29,7 @@ from typing import Any
 
 import torch
 from kafka import KafkaProducer
+from kafka.errors import KafkaError
 
 from infra.kafka_clients import ensure_topics, sync_producer
 from schemas import codec
@@ -200,15 +201,27 @@ class Trainer:
             shutil.rmtree(old, ignore_errors=True)
 
     def _publish(self, records: list[tuple[str, bytes]]) -> None:
+        """Publish until acknowledged: with the broker gone the trainer waits (retrying with a
+        bounded backoff) instead of dying; consumers are idempotent on step and version."""
         if self.producer is None:
             return
         topics = {METRICS.name: self.outputs.metrics.name, POLICY.name: self.outputs.policy.name}
-        futures = [
-            self.producer.send(topics[name], value, key=b"policy" if name == POLICY.name else None)
-            for name, value in records
-        ]
-        for future in futures:
-            future.get(timeout=30)
+        backoff = 1.0
+        while True:
+            futures = [
+                self.producer.send(
+                    topics[name], value, key=b"policy" if name == POLICY.name else None
+                )
+                for name, value in records
+            ]
+            try:
+                for future in futures:
+                    future.get(timeout=30)
+                return
+            except KafkaError as exc:
+                log.warning("publishing step %d failed (%r); retrying", self.step, exc)
+                time.sleep(backoff)
+                backoff = min(backoff * 2, 30.0)
 
     def close(self) -> None:
         if self.source is not None:
