@@ -10,6 +10,7 @@ import base64
 import json
 import logging
 import os
+import random
 import shutil
 import signal
 import socket
@@ -53,6 +54,19 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+def stable_port(low: int = 20000, high: int = 32000) -> int:
+    """A free port below the kernel's ephemeral range, for a server that must get its port back
+    after a restart: in that range a client retrying to connect can be handed the very port it
+    dials as its own (a TCP self-connect on loopback) and hold it while the server is down."""
+    for port in random.Random().sample(range(low, high), 500):
+        try:
+            _require_free(port)
+        except InfraError:
+            continue
+        return port
+    raise InfraError(f"no free port in {low}-{high}")
 
 
 class LocalBroker:
