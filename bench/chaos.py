@@ -1,0 +1,584 @@
+"""Chaos run: the whole pipeline under a seeded schedule of faults, then its invariants checked.
+
+Brings up its own Kafka broker (free ports chosen once, so a restart reuses them and its data
+dir), one gateway, two streams workers in one group, one trainer and an in-process fleet of
+HTTP agents (``chaos_fleet``: groups of two rollouts, 1-3 chat calls, signals, finish; 429/503
+retried after their Retry-After). For --minutes the agents run while faults come in a seeded
+order, each round every kind once: kill -9 and restart of the gateway, of each worker and of
+the trainer; a worker SIGSTOPped past its session timeout (15 s) and resumed; the broker
+stopped and started again. Each fault waits for recovery — the pipeline making progress again
+— before the next. Then the agents stop, the pipeline drains, and the checks of
+``chaos_checks`` run on the log: acknowledged rollouts are in forge.events, forge.train is a
+replay of forge.events (order aside where facts came late, counted), nothing trained twice or
+skipped, policy versions only increase, agents saw no non-2xx but 429/503 with Retry-After.
+
+    python bench/chaos.py [--minutes 3] [--seed 1] [--agents 2] [--think 2] [--home DIR]
+                          [--max-wall S]
+
+Prints progress (one plain line every 10 s when not a terminal), the faults with their
+recovery times, and a table of the checks; writes DIR/chaos-summary.json. Exit code 1 when
+any check fails. Everything it starts it stops; the data stays in DIR (a temp dir by default).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import random
+import secrets
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable, Iterator
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+# bench/streams.py and bench/gateway.py share the packages' names, and the editable install's
+# finder comes after every sys.path entry: the packages are imported before bench/ is on the path.
+HERE = Path(__file__).resolve().parent
+sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != HERE]
+import gateway  # noqa: E402, F401
+import streams  # noqa: E402, F401
+
+sys.path.append(str(HERE / "chaoslib"))  # the run's fleet, log reader and checks
+
+import httpx  # noqa: E402
+import yaml  # noqa: E402
+from chaos_checks import Recovery  # noqa: E402
+from chaos_fleet import REQUEST_BUDGET_S, Fleet  # noqa: E402
+from chaos_log import LogWatch, Verdict, drain, judge  # noqa: E402
+from rich.console import Console  # noqa: E402
+from rich.table import Table  # noqa: E402
+
+from infra.config import InfraSettings  # noqa: E402
+from infra.lifecycle import infra_up, local_broker  # noqa: E402
+from infra.local_broker import free_port, stable_port  # noqa: E402
+from schemas.errors import InfraError  # noqa: E402
+
+KINDS = ("gateway", "streams-a", "streams-b", "trainer", "pause", "broker")
+WORKERS = ("streams-a", "streams-b")
+PAUSE_S = 15.0
+"""Past the workers' 10 s broker session: the group moves the paused worker's partitions."""
+RECOVERY_TIMEOUT_S = 180.0
+BATCH_SIZE = 4
+LATENESS_S = 1.0
+GROUP_TIMEOUT_S = 30.0
+ROLLOUT_TIMEOUT_S = 120.0
+"""Longer than a broker restart here (stop, ports free again, start: up to ~100 s), so a
+rollout in flight across one is not aborted for its age while its agent waits out 503s."""
+WRAP_UP_S = 45.0
+"""Reading the log, the checks and stopping everything, kept out of --max-wall's waits."""
+FAULT_ROOM_S = 30.0
+"""A fault is injected only with this much of the run left after its gap."""
+PIPELINE = {
+    "window": 16,
+    "group_timeout_s": GROUP_TIMEOUT_S,
+    "item_timeout_s": 60.0,
+    "rewards": {"process_weight": 1.0, "outcome_weight": 1.0, "speed_weight": 0.1},
+}
+
+
+@dataclass
+class Service:
+    """One ``forge-rl`` command in its own session (so signals reach only what it started)."""
+
+    name: str
+    argv: list[str]
+    env: dict[str, str]
+    log: Path
+    ready_url: str | None = None
+    process: subprocess.Popen[bytes] | None = None
+    expected_down: bool = False
+
+    def start(self) -> None:
+        with self.log.open("ab") as out:
+            self.process = subprocess.Popen(
+                self.argv,
+                env=self.env,
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+
+    def signal(self, sig: int) -> None:
+        if self.process is not None and self.process.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.process.pid, sig)
+
+    def kill(self) -> None:
+        self.signal(signal.SIGKILL)
+        if self.process is not None:
+            self.process.wait()
+
+    def stop(self, timeout_s: float = 20.0) -> None:
+        if self.process is None:
+            return
+        self.signal(signal.SIGCONT)
+        self.signal(signal.SIGTERM)
+        try:
+            self.process.wait(timeout_s)
+        except subprocess.TimeoutExpired:
+            self.kill()
+
+    def died(self) -> int | None:
+        """Its exit code if it ended without being told to."""
+        if self.process is None or self.expected_down:
+            return None
+        return self.process.poll()
+
+    def ready(self) -> bool:
+        if self.process is None or self.process.poll() is not None:
+            return False
+        if self.ready_url is None:
+            return True
+        try:
+            return httpx.get(self.ready_url, timeout=2).status_code < 500
+        except httpx.HTTPError:
+            return False
+
+    def tail(self, lines: int = 12) -> str:
+        text = self.log.read_text(errors="replace") if self.log.exists() else ""
+        return "\n".join(text.splitlines()[-lines:])
+
+
+@dataclass
+class Fault:
+    kind: str
+    target: str
+    at: float
+    """Wall time it was injected."""
+    back: float | None = None
+    """Wall time the process (or broker) was running again."""
+    recovered_at: float | None = None
+    note: str = ""
+
+    @property
+    def recovery_s(self) -> float | None:
+        return None if self.recovered_at is None else self.recovered_at - self.at
+
+
+@dataclass
+class Plan:
+    kind: str
+    target: str
+    gap_s: float
+    down_s: float
+
+
+def fault_plan(seed: int) -> Iterator[Plan]:
+    """The seeded schedule: rounds of every kind once, shuffled; gaps and down times drawn."""
+    rng = random.Random(seed)
+    while True:
+        kinds = list(KINDS)
+        rng.shuffle(kinds)
+        for kind in kinds:
+            target = rng.choice(WORKERS) if kind == "pause" else kind
+            yield Plan(kind, target, gap_s=rng.uniform(5, 15), down_s=rng.uniform(1, 4))
+
+
+@dataclass
+class Run:
+    """Everything one chaos run started, and what it saw."""
+
+    home: Path
+    seed: int
+    agents: int
+    think_s: float
+    console: Console
+    services: dict[str, Service] = field(default_factory=dict)
+    faults: list[Fault] = field(default_factory=list)
+    deaths: list[str] = field(default_factory=list)
+    gateway_down: list[tuple[float, float]] = field(default_factory=list)
+    broker_port_waits: list[float] = field(default_factory=list)
+    max_wall_s: float = float("inf")
+    """Every wait is cut short so that the run, checks and shutdown included, ends by then."""
+    started: float = field(default_factory=time.time)
+    watch: LogWatch | None = None
+    fleet: Fleet | None = None
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def __post_init__(self) -> None:
+        self.logs = self.home / "logs"
+        self.logs.mkdir(parents=True, exist_ok=True)
+        self.infra = InfraSettings(
+            home=self.home, kafka_port=stable_port(), kafka_controller_port=stable_port()
+        )
+        self.bootstrap = f"127.0.0.1:{self.infra.kafka_port}"
+        self.admin_key = secrets.token_urlsafe(24)
+        self.gateway_url = f"http://127.0.0.1:{stable_port()}"  # restarted on the same port
+        self.pipeline_file = self.home / "pipeline.yaml"
+
+    def say(self, line: str) -> None:
+        with self._lock:
+            self.console.print(f"[{time.time() - self.started:6.0f}s] {line}", soft_wrap=True)
+
+    # --- bring-up ------------------------------------------------------------------------------
+
+    def bring_up(self) -> None:
+        self.pipeline_file.write_text(yaml.safe_dump(PIPELINE))
+        self.say("building the tiny base policy (once, before any service starts)…")
+        base = self.home / "policies" / "base"
+        code = (
+            "import sys, pathlib, infra.tiny_model as m; "
+            "m.save_tiny_policy(pathlib.Path(sys.argv[1]))"
+        )
+        built = subprocess.run(
+            [sys.executable, "-c", code, str(base)],
+            env=self.clean_env(),
+            capture_output=True,
+            text=True,
+        )
+        if built.returncode != 0:
+            raise InfraError(f"building the base policy failed:\n{built.stderr[-3000:]}")
+        self.say(f"starting Kafka on {self.bootstrap}…")
+        infra_up(self.infra, with_analytics=False)
+        self.watch = LogWatch(self.bootstrap)
+        self.watch.start()
+        env = self.clean_env()
+        cli = [sys.executable, "-m", "forge_rl.cli"]
+        streams_env = {
+            **env,
+            "FORGE_STREAMS_APP_ID": "chaos-streams",
+            "FORGE_STREAMS_SINK": "false",
+            "FORGE_STREAMS_PIPELINE_FILE": str(self.pipeline_file),
+            "FORGE_STREAMS_LATENESS_S": str(LATENESS_S),
+            "FORGE_STREAMS_IDLE_FLUSH_S": "2",
+        }
+        trainer_env = {
+            **env,
+            "FORGE_TRAINER_BATCH_SIZE": str(BATCH_SIZE),
+            "FORGE_TRAINER_LR": "1e-3",
+            "FORGE_TRAINER_KEEP_POLICIES": "8",
+        }
+        gateway_env = {
+            **env,
+            "FORGE_GATEWAY_ADMIN_KEY": self.admin_key,
+            "FORGE_GATEWAY_ROLLOUT_TIMEOUT_S": str(ROLLOUT_TIMEOUT_S),
+        }
+        port = self.gateway_url.rsplit(":", 1)[1]
+        self._add("trainer", [*cli, "trainer"], trainer_env)
+        for name in WORKERS:
+            web = free_port()
+            self._add(
+                name,
+                [*cli, "streams"],
+                {**streams_env, "FORGE_STREAMS_WEB_PORT": str(web)},
+                f"http://127.0.0.1:{web}/",
+            )
+        self._add(
+            "gateway", [*cli, "gateway", "--port", port], gateway_env, f"{self.gateway_url}/health"
+        )
+        for service in self.services.values():
+            service.start()
+        self.say("starting the trainer, two streams workers and the gateway…")
+        if not self.wait_for(lambda: all(s.ready() for s in self.services.values()), 300):
+            raise InfraError("the services did not come up in 300 s; see " + str(self.logs))
+
+    def clean_env(self) -> dict[str, str]:
+        """This environment without FORGE_* settings, plus the run's own."""
+        env = {k: v for k, v in os.environ.items() if not k.startswith("FORGE_")}
+        return {
+            **env,
+            "FORGE_HOME": str(self.home),
+            "FORGE_KAFKA_BOOTSTRAP": self.bootstrap,
+            "PYTHONUNBUFFERED": "1",
+            "HF_HUB_OFFLINE": "1",
+            "TRANSFORMERS_OFFLINE": "1",
+            "HF_HUB_DISABLE_PROGRESS_BARS": "1",
+        }
+
+    def _add(self, name: str, argv: list[str], env: dict[str, str], url: str | None = None) -> None:
+        self.services[name] = Service(name, argv, env, self.logs / f"{name}.log", url)
+
+    def left_s(self) -> float:
+        """Seconds of waiting left under --max-wall (the checks and shutdown kept aside)."""
+        return self.started + self.max_wall_s - WRAP_UP_S - time.time()
+
+    def wait_for(self, condition: Callable[[], bool], timeout_s: float) -> bool:
+        """Poll ``condition`` each second, restarting services that die meanwhile."""
+        deadline = time.monotonic() + min(timeout_s, self.left_s())
+        while time.monotonic() < deadline:
+            self.revive()
+            if condition():
+                return True
+            time.sleep(1.0)
+        return False
+
+    def revive(self) -> None:
+        """A service that ended on its own is a finding: recorded, and started again."""
+        for service in self.services.values():
+            code = service.died()
+            if code is not None:
+                self.deaths.append(
+                    f"{service.name} exited with code {code} at +{time.time() - self.started:.0f}s"
+                )
+                self.say(
+                    f"[red]{service.name} died on its own (code {code}); its log ends:"
+                    f"\n{service.tail()}[/red]\nrestarting it"
+                )
+                service.start()
+
+    # --- faults --------------------------------------------------------------------------------
+
+    def inject(self, plan: Plan) -> Fault:
+        fault = Fault(plan.kind, plan.target, at=time.time())
+        self.faults.append(fault)
+        if plan.kind == "broker":
+            self.say("fault: stopping the Kafka broker")
+            broker = local_broker(self.infra)
+            broker.down()
+            time.sleep(plan.down_s)
+            self._broker_up()
+            fault.back = time.time()
+        elif plan.kind == "pause":
+            service = self.services[plan.target]
+            self.say(f"fault: SIGSTOP {plan.target} for {PAUSE_S:.0f} s")
+            service.signal(signal.SIGSTOP)
+            time.sleep(PAUSE_S)
+            service.signal(signal.SIGCONT)
+            fault.back = time.time()
+        else:
+            service = self.services[plan.target]
+            self.say(f"fault: kill -9 {plan.target}")
+            service.expected_down = True
+            service.kill()
+            time.sleep(plan.down_s)
+            service.start()
+            service.expected_down = False
+            fault.back = time.time()
+            if plan.kind == "gateway":
+                self.wait_for(service.ready, RECOVERY_TIMEOUT_S)
+                self.gateway_down.append((fault.at, time.time()))
+        return fault
+
+    def _broker_up(self) -> None:
+        """Start the broker again on its ports; wait while the old ports are still taken."""
+        started = time.monotonic()
+        while True:
+            try:
+                infra_up(self.infra, with_analytics=False)
+                break
+            except InfraError as exc:
+                if "is taken" not in str(exc) or time.monotonic() - started > 120:
+                    raise
+                time.sleep(2.0)
+        waited = time.monotonic() - started
+        if waited > 5:
+            self.broker_port_waits.append(waited)
+            self.say(f"the broker's port was refused as taken for {waited:.0f} s after its stop")
+
+    def progress_mark(self, fault: Fault) -> float | None:
+        """When the pipeline made progress after ``fault``, or None yet."""
+        assert self.watch is not None and self.fleet is not None
+        if fault.kind == "gateway":
+            return self.fleet.stats.first_ok_after(fault.at)
+        if fault.kind == "trainer":
+            return self.watch.first_step_after(fault.at)
+        return self.watch.first_sample_after(fault.at)
+
+    def chaos(self, minutes: float) -> None:
+        """Agents for ``minutes``; faults from the first trained step until then."""
+        assert self.watch is not None
+        fleet = self.fleet = Fleet(
+            self.gateway_url, self.admin_key, self.agents, self.seed, self.think_s
+        )
+        thread = threading.Thread(target=fleet.run, name="fleet", daemon=True)
+        thread.start()
+        deadline = time.time() + minutes * 60
+        self.say(f"{self.agents} agents running for {minutes:g} min; waiting for a first step…")
+        watch = self.watch
+        if not self.wait_for(lambda: watch.last_step() > 0, max(60.0, deadline - time.time())):
+            self.say("[red]no training step before the end of the run[/red]")
+        for plan in fault_plan(self.seed):
+            if time.time() + plan.gap_s + FAULT_ROOM_S >= deadline:
+                break
+            self.wait_for(lambda: False, plan.gap_s)
+            fault = self.inject(plan)
+            found = self.wait_for(
+                lambda f=fault: self.progress_mark(f) is not None,  # type: ignore[misc]
+                RECOVERY_TIMEOUT_S,
+            )
+            fault.recovered_at = self.progress_mark(fault) if found else None
+            took = fault.recovery_s
+            self.say(
+                f"{fault.target}: recovered in {took:.1f} s"
+                if took is not None
+                else f"[red]{fault.target}: no progress in {time.time() - fault.at:.0f} s[/red]"
+            )
+        self.wait_for(lambda: False, max(0.0, deadline - time.time()))
+        self.say("stopping the agents (each finishes its group)…")
+        fleet.stop.set()
+        if not self.wait_for(lambda: not thread.is_alive(), REQUEST_BUDGET_S * 1.5):
+            self.say("[yellow]agents still busy; checking without them[/yellow]")
+
+    def stop_all(self) -> None:
+        """SIGTERM every service at once, SIGKILL what is left after 20 s; then the broker."""
+        if self.watch is not None:
+            self.watch.stop()
+        for service in self.services.values():
+            service.expected_down = True
+            service.signal(signal.SIGCONT)
+            service.signal(signal.SIGTERM)
+        deadline = time.monotonic() + 20
+        for service in self.services.values():
+            service.stop(max(0.1, deadline - time.monotonic()))
+        local_broker(self.infra).down()
+
+
+def status_line(run: Run) -> str:
+    watch, fleet = run.watch, run.fleet
+    kinds = Counter(f.kind for f in run.faults)
+    parts = [
+        f"faults {len(run.faults)}"
+        + (f" ({', '.join(f'{k} {n}' for k, n in kinds.items())})" if kinds else "")
+    ]
+    if fleet is not None:
+        s = fleet.stats
+        parts.append(
+            f"rollouts {s.started} started, {len(s.acknowledged)} acked, "
+            f"{fleet.in_flight} running | 2xx {s.count(200, 300)} 429 "
+            f"{s.count(429, 430)} 503 {s.count(503, 504)} other "
+            f"{len(s.failures)} unanswered {len(s.unanswered)}"
+        )
+    if watch is not None:
+        parts.append(
+            f"train {len(watch.samples())} | step {watch.last_step()} v{watch.last_version()}"
+        )
+    return " | ".join(parts)
+
+
+def report_progress(run: Run, stop: threading.Event, interval_s: float) -> None:
+    while not stop.wait(interval_s):
+        run.say(status_line(run))
+
+
+def verdict_of(run: Run) -> Verdict:
+    assert run.watch is not None and run.fleet is not None
+    unrecovered = any(f.recovered_at is None for f in run.faults)
+    if unrecovered:
+        run.say("a fault never recovered: draining briefly, the run has failed already")
+    state = drain(
+        run.bootstrap, run.watch, run.pipeline_file, BATCH_SIZE, ROLLOUT_TIMEOUT_S,
+        run.wait_for, run.say, patience=0.2 if unrecovered else 1.0,
+    )  # fmt: skip
+    return judge(
+        state,
+        run.watch,
+        run.fleet.stats,
+        pipeline_file=run.pipeline_file,
+        lateness_s=LATENESS_S,
+        batch_size=BATCH_SIZE,
+        gateway_down=run.gateway_down,
+        deaths=run.deaths,
+        recovery=Recovery([f.recovery_s for f in run.faults]),
+        faults_by_kind=Counter(f.kind for f in run.faults),
+        broker_port_waits=run.broker_port_waits,
+    )
+
+
+def print_report(run: Run, verdict: Verdict) -> None:
+    console = run.console
+    faults = Table(
+        "#", "at", "fault", "back after", "recovery", title="faults", title_justify="left"
+    )
+    for i, f in enumerate(run.faults, 1):
+        back = f"{f.back - f.at:.1f} s" if f.back is not None else "-"
+        took = f"{f.recovery_s:.1f} s" if f.recovery_s is not None else "none"
+        target = (
+            f"SIGSTOP {f.target} {PAUSE_S:.0f} s"
+            if f.kind == "pause"
+            else ("broker restart" if f.kind == "broker" else f"kill -9 {f.target}")
+        )
+        faults.add_row(str(i), f"+{f.at - run.started:.0f}s", target, back, took)
+    console.print(faults)
+    table = Table("check", "result", "", title="chaos run", title_justify="left")
+    for name, value in verdict.rows():
+        table.add_row(name, value, "")
+    for check in verdict.checks():
+        table.add_row(
+            check.name, check.detail, "[green]ok[/green]" if check.passed else "[red]FAIL[/red]"
+        )
+    console.print(table)
+    for line in verdict.failures[:40]:
+        console.print(f"  {line}", markup=False)
+
+
+def _interrupt(signum: int, frame: object) -> None:
+    """SIGTERM as Ctrl-C: the run stops what it started before it exits."""
+    raise KeyboardInterrupt
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(
+        prog="bench/chaos.py",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--minutes", type=float, default=3.0, help="how long the agents run")
+    parser.add_argument("--seed", type=int, default=1, help="seeds the fault schedule and agents")
+    parser.add_argument("--agents", type=int, default=2, help="agents at once (2 rollouts each)")
+    parser.add_argument(
+        "--think", type=float, default=2.0, help="an agent's mean pause before each call (s)"
+    )
+    parser.add_argument("--home", type=Path, help="FORGE_HOME of the run (default: a temp dir)")
+    parser.add_argument(
+        "--max-wall",
+        type=float,
+        default=float("inf"),
+        help="seconds the whole run may take: waits (recovery, drain) are cut short to fit",
+    )
+    args = parser.parse_args()
+    if args.minutes <= 0 or args.agents < 1 or args.think < 0:
+        parser.error("--minutes must be positive, --agents at least 1, --think not negative")
+    home = args.home or Path(tempfile.mkdtemp(prefix="forge-chaos-"))
+    home.mkdir(parents=True, exist_ok=True)
+    console = Console(highlight=False, width=None if sys.stdout.isatty() else 150)
+    run = Run(home.resolve(), args.seed, args.agents, args.think, console, max_wall_s=args.max_wall)
+    stop_progress = threading.Event()
+    interval = 3.0 if console.is_terminal else 10.0
+    progress = threading.Thread(
+        target=report_progress, args=(run, stop_progress, interval), daemon=True
+    )
+    signal.signal(signal.SIGTERM, _interrupt)
+    try:
+        run.bring_up()
+        progress.start()
+        run.chaos(args.minutes)
+        verdict = verdict_of(run)
+    except KeyboardInterrupt:
+        console.print("interrupted: stopping everything this run started")
+        return 130
+    finally:
+        stop_progress.set()
+        run.say("stopping every service and the broker this run started…")
+        run.stop_all()
+    print_report(run, verdict)
+    checks = verdict.checks()
+    summary = {
+        "seed": args.seed,
+        "minutes": args.minutes,
+        "home": str(run.home),
+        "faults": [asdict(f) | {"recovery_s": f.recovery_s} for f in run.faults],
+        "broker_port_waits_s": run.broker_port_waits,
+        "checks": [asdict(c) for c in checks],
+        "rows": dict(verdict.rows()),
+        "failures": verdict.failures,
+    }
+    (run.home / "chaos-summary.json").write_text(json.dumps(summary, indent=2, default=str))
+    failed = [c.name for c in checks if not c.passed]
+    console.print(f"logs and data: {run.home}")
+    console.print(
+        f"[red]FAILED: {', '.join(failed)}[/red]" if failed else "[green]all checks passed[/green]"
+    )
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
