@@ -18,12 +18,17 @@ from __future__ import annotations
 import argparse
 import heapq
 import statistics
+import sys
+from pathlib import Path
 
 import numpy as np
 from rich.console import Console
 from rich.table import Table
 
-from streams.windowed_fifo import Dropped, Emitted, WindowedFifo
+# bench/streams.py shares its name with the `streams` package: keep bench/ off the import path.
+sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).parent.resolve()]
+
+from streams.windowed_fifo import Dropped, Emitted, WindowedFifo  # noqa: E402
 
 
 def durations(kind: str, rng: np.random.Generator, n: int) -> np.ndarray:
