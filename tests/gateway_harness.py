@@ -5,7 +5,7 @@ from __future__ import annotations
 import threading
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,6 +17,7 @@ import uvicorn
 from gateway.app import create_app
 from gateway.config import GatewaySettings
 from gateway.embedded_engine import EmbeddedEngine
+from gateway.engine import Engine
 from gateway.event_log import EventLog
 from infra.kafka_clients import ensure_topics
 from infra.local_broker import free_port
@@ -57,7 +58,14 @@ class RunningGateway:
 
 
 @contextmanager
-def running_gateway(bootstrap: str, model_dir: Path, **overrides: Any) -> Iterator[RunningGateway]:
+def running_gateway(
+    bootstrap: str,
+    model_dir: Path,
+    engine_for: Callable[[GatewaySettings], Engine] | None = None,
+    **overrides: Any,
+) -> Iterator[RunningGateway]:
+    """A real gateway on private topics; the tiny embedded engine unless ``engine_for`` builds
+    another from the settings."""
     suffix = uuid.uuid4().hex[:8]
     specs = [
         TopicSpec(f"test.{spec.name}.{suffix}", spec.record, spec.partitions, spec.configs)
@@ -74,8 +82,12 @@ def running_gateway(bootstrap: str, model_dir: Path, **overrides: Any) -> Iterat
         policy_topic=specs[2].name,
         **overrides,
     )
-    engine = EmbeddedEngine(
-        model_dir, max_batch_size=8, batch_wait_ms=2, max_context=settings.max_context_tokens
+    engine = (
+        engine_for(settings)
+        if engine_for is not None
+        else EmbeddedEngine(
+            model_dir, max_batch_size=8, batch_wait_ms=2, max_context=settings.max_context_tokens
+        )
     )
     events = EventLog(bootstrap, specs[0].name, specs[1].name, timeout_s=settings.produce_timeout_s)
     app = create_app(settings, engine, events, bootstrap=bootstrap)

@@ -15,29 +15,22 @@ per choice ``prompt_token_ids`` and ``token_ids``, and ``logprobs`` with ``token
 from __future__ import annotations
 
 import os
-import threading
 import time
-import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import platformdirs
-import uvicorn
 from fastapi import FastAPI, HTTPException, Request
 from fastapi.responses import JSONResponse
 
-from gateway.app import create_app
 from gateway.chat_tokenizer import ChatTokenizer
 from gateway.config import GatewaySettings
-from gateway.event_log import EventLog
 from gateway.vllm_engine import VllmEngine, VllmServer
-from infra.kafka_clients import ensure_topics
 from infra.local_broker import free_port
 from infra.tiny_model import save_tiny_policy
-from schemas.topics import EVENTS, POLICY, QUEUE, TopicSpec
-from tests.gateway_harness import ADMIN_KEY, RunningGateway
+from tests.gateway_harness import RunningGateway, running_gateway
 
 VLLM_VERSION = "0.32.0"
 
@@ -111,39 +104,18 @@ def running_vllm_gateway(
     bootstrap: str, server: VllmServer, **overrides: Any
 ) -> Iterator[RunningGateway]:
     """tests.gateway_harness.running_gateway, with the engine serving through ``server``."""
-    suffix = uuid.uuid4().hex[:8]
-    specs = [
-        TopicSpec(f"test.{spec.name}.{suffix}", spec.record, spec.partitions, spec.configs)
-        for spec in (EVENTS, QUEUE, POLICY)
-    ]
-    ensure_topics(bootstrap, tuple(specs), timeout_s=30)
-    port = free_port()
-    settings = GatewaySettings(
-        admin_key=ADMIN_KEY, port=port, model_dir=server.model_dir, engine="vllm",
-        vllm_url=server.url, served_model_name=server.served_model_name,
-        events_topic=specs[0].name, queue_topic=specs[1].name, policy_topic=specs[2].name,
-        **overrides,
-    )  # fmt: skip
-    engine = VllmEngine(
-        server.url, ChatTokenizer(server.model_dir), model_name=server.served_model_name,
-        server=server, base_dir=server.model_dir,
-    )  # fmt: skip
-    events = EventLog(bootstrap, specs[0].name, specs[1].name, timeout_s=settings.produce_timeout_s)
-    app = create_app(settings, engine, events, bootstrap=bootstrap)
-    uv = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
-    thread = threading.Thread(target=uv.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 60
-    while not uv.started:
-        assert thread.is_alive(), "gateway failed to start"
-        assert time.monotonic() < deadline, "gateway did not start"
-        time.sleep(0.05)
-    try:
-        yield RunningGateway(f"http://127.0.0.1:{port}", settings, engine, *specs, bootstrap)  # type: ignore[arg-type]
-    finally:
-        uv.should_exit = True
-        thread.join(30)
-        assert not thread.is_alive(), "the gateway did not shut down within 30 s"
+
+    def vllm_engine(settings: GatewaySettings) -> VllmEngine:
+        return VllmEngine(
+            server.url, ChatTokenizer(server.model_dir), model_name=server.served_model_name,
+            server=server, base_dir=server.model_dir,
+        )  # fmt: skip
+
+    with running_gateway(
+        bootstrap, server.model_dir, vllm_engine, engine="vllm", vllm_url=server.url,
+        served_model_name=server.served_model_name, **overrides,
+    ) as running:  # fmt: skip
+        yield running
 
 
 def create_fake_vllm() -> FastAPI:
