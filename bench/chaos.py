@@ -11,6 +11,9 @@ stopped and started again. Each fault waits for recovery — the pipeline making
 ``chaos_checks`` run on the log: acknowledged rollouts are in forge.events, forge.train is a
 replay of forge.events (order aside where facts came late, counted), nothing trained twice or
 skipped, policy versions only increase, agents saw no non-2xx but 429/503 with Retry-After.
+Each worker sinks into its own analytics store (its own FORGE_HOME: chDB admits one process
+per store); once the services are stopped the union of those tables is compared with a
+rebuild from the log by `forge-rl replay --sink` in a fresh FORGE_HOME (``chaos_analytics``).
 
     python bench/chaos.py [--minutes 3] [--seed 1] [--agents 2] [--think 2] [--home DIR]
                           [--max-wall S]
@@ -50,19 +53,24 @@ sys.path.append(str(HERE / "chaoslib"))  # the run's fleet, log reader and check
 
 import httpx  # noqa: E402
 import yaml  # noqa: E402
+from chaos_analytics import compare_analytics  # noqa: E402
 from chaos_checks import Recovery  # noqa: E402
 from chaos_fleet import REQUEST_BUDGET_S, Fleet  # noqa: E402
-from chaos_log import LogWatch, Verdict, drain, judge  # noqa: E402
+from chaos_log import LogState, LogWatch, Verdict, drain, judge  # noqa: E402
+from chaos_store import read_tables, rebuild_tables, wait_consumed  # noqa: E402
+from kafka.errors import KafkaError  # noqa: E402
 from rich.console import Console  # noqa: E402
 from rich.table import Table  # noqa: E402
 
 from infra.config import InfraSettings  # noqa: E402
 from infra.lifecycle import infra_up, local_broker  # noqa: E402
 from infra.local_broker import free_port, stable_port  # noqa: E402
-from schemas.errors import InfraError  # noqa: E402
+from schemas.errors import ForgeError, InfraError  # noqa: E402
+from schemas.topics import EVENTS, METRICS  # noqa: E402
 
 KINDS = ("gateway", "streams-a", "streams-b", "trainer", "pause", "broker")
 WORKERS = ("streams-a", "streams-b")
+APP_ID = "chaos-streams"
 PAUSE_S = 15.0
 """Past the workers' 10 s broker session: the group moves the paused worker's partitions."""
 RECOVERY_TIMEOUT_S = 180.0
@@ -72,7 +80,10 @@ GROUP_TIMEOUT_S = 30.0
 ROLLOUT_TIMEOUT_S = 120.0
 """Longer than a broker restart here (stop, ports free again, start: up to ~100 s), so a
 rollout in flight across one is not aborted for its age while its agent waits out 503s."""
-WRAP_UP_S = 45.0
+ANALYTICS_S = 60.0
+"""Stopping the services, the rebuild and reading the stores, at most (10 s after a 2-minute
+run on two busy cores; stops that wait out their SIGTERM take longer, and fail the check)."""
+WRAP_UP_S = 45.0 + ANALYTICS_S
 """Reading the log, the checks and stopping everything, kept out of --max-wall's waits."""
 FAULT_ROOM_S = 30.0
 """A fault is injected only with this much of the run left after its gap."""
@@ -245,8 +256,7 @@ class Run:
         cli = [sys.executable, "-m", "forge_rl.cli"]
         streams_env = {
             **env,
-            "FORGE_STREAMS_APP_ID": "chaos-streams",
-            "FORGE_STREAMS_SINK": "false",
+            "FORGE_STREAMS_APP_ID": APP_ID,
             "FORGE_STREAMS_PIPELINE_FILE": str(self.pipeline_file),
             "FORGE_STREAMS_LATENESS_S": str(LATENESS_S),
             "FORGE_STREAMS_IDLE_FLUSH_S": "2",
@@ -269,7 +279,11 @@ class Run:
             self._add(
                 name,
                 [*cli, "streams"],
-                {**streams_env, "FORGE_STREAMS_WEB_PORT": str(web)},
+                {
+                    **streams_env,
+                    "FORGE_HOME": str(self.worker_home(name)),  # its own analytics store
+                    "FORGE_STREAMS_WEB_PORT": str(web),
+                },
                 f"http://127.0.0.1:{web}/",
             )
         self._add(
@@ -293,6 +307,10 @@ class Run:
             "TRANSFORMERS_OFFLINE": "1",
             "HF_HUB_DISABLE_PROGRESS_BARS": "1",
         }
+
+    def worker_home(self, name: str) -> Path:
+        """A streams worker's FORGE_HOME: its analytics store, query key and Faust data."""
+        return self.home / "workers" / name
 
     def _add(self, name: str, argv: list[str], env: dict[str, str], url: str | None = None) -> None:
         self.services[name] = Service(name, argv, env, self.logs / f"{name}.log", url)
@@ -368,11 +386,23 @@ class Run:
             except InfraError as exc:
                 if "is taken" not in str(exc) or time.monotonic() - started > 120:
                     raise
+                self._note_port_holders(str(exc))
                 time.sleep(2.0)
         waited = time.monotonic() - started
         if waited > 5:
             self.broker_port_waits.append(waited)
             self.say(f"the broker's port was refused as taken for {waited:.0f} s after its stop")
+
+    def _note_port_holders(self, refusal: str) -> None:
+        """What holds the refused port, as ``ss`` sees it, appended to logs/port-holders.txt
+        (the cause of the refusal after a stop is not known yet)."""
+        port = refusal.split("port ", 1)[1].split(" ", 1)[0]
+        seen = subprocess.run(
+            ["ss", "-tanpeo", f"( sport = :{port} or dport = :{port} )"],
+            capture_output=True, text=True, check=False,
+        )  # fmt: skip
+        with (self.logs / "port-holders.txt").open("a") as out:
+            out.write(f"--- {time.strftime('%H:%M:%S')} {refusal}\n{seen.stdout}{seen.stderr}")
 
     def progress_mark(self, fault: Fault) -> float | None:
         """When the pipeline made progress after ``fault``, or None yet."""
@@ -418,6 +448,27 @@ class Run:
         if not self.wait_for(lambda: not thread.is_alive(), REQUEST_BUDGET_S * 1.5):
             self.say("[yellow]agents still busy; checking without them[/yellow]")
 
+    def stop_for_analytics(self) -> None:
+        """Gateway and trainer first (no more facts), then the workers once they consumed what
+        the log holds (they flush their sink as they stop); the broker stays up."""
+        self._stop(("gateway", "trainer"))
+        if not wait_consumed(self.bootstrap, APP_ID, (EVENTS.name, METRICS.name), 30):
+            self.say("[yellow]the workers did not commit the log's end in 30 s[/yellow]")
+        self._stop(WORKERS)
+
+    def _stop(self, names: tuple[str, ...]) -> None:
+        """SIGTERM them at once; SIGKILL (said) what is left after 20 s."""
+        for name in names:
+            self.services[name].expected_down = True
+            self.services[name].signal(signal.SIGCONT)
+            self.services[name].signal(signal.SIGTERM)
+        deadline = time.monotonic() + 20
+        for name in names:
+            service = self.services[name]
+            service.stop(max(0.1, deadline - time.monotonic()))
+            if service.process is not None and service.process.returncode == -signal.SIGKILL:
+                self.say(f"[yellow]{name} did not stop in 20 s: killed[/yellow]")
+
     def stop_all(self) -> None:
         """SIGTERM every service at once, SIGKILL what is left after 20 s; then the broker."""
         if self.watch is not None:
@@ -459,7 +510,7 @@ def report_progress(run: Run, stop: threading.Event, interval_s: float) -> None:
         run.say(status_line(run))
 
 
-def verdict_of(run: Run) -> Verdict:
+def verdict_of(run: Run) -> tuple[LogState, Verdict]:
     assert run.watch is not None and run.fleet is not None
     unrecovered = any(f.recovered_at is None for f in run.faults)
     if unrecovered:
@@ -468,7 +519,7 @@ def verdict_of(run: Run) -> Verdict:
         run.bootstrap, run.watch, run.pipeline_file, BATCH_SIZE, ROLLOUT_TIMEOUT_S,
         run.wait_for, run.say, patience=0.2 if unrecovered else 1.0,
     )  # fmt: skip
-    return judge(
+    return state, judge(
         state,
         run.watch,
         run.fleet.stats,
@@ -481,6 +532,32 @@ def verdict_of(run: Run) -> Verdict:
         faults_by_kind=Counter(f.kind for f in run.faults),
         broker_port_waits=run.broker_port_waits,
     )
+
+
+def compare_stores(run: Run, state: LogState, verdict: Verdict) -> None:
+    """The workers' analytics against a rebuild of the log, into ``verdict`` (the services
+    stopped first, the broker still up)."""
+    started = time.monotonic()
+
+    def left() -> float:
+        return max(1.0, ANALYTICS_S - (time.monotonic() - started))
+
+    env = run.clean_env()
+    run.say("stopping the services, then rebuilding the analytics from the log…")
+    try:
+        run.stop_for_analytics()
+        rebuilt = rebuild_tables(
+            run.home / "rebuild", run.bootstrap, run.pipeline_file, env, left()
+        )
+        stores = [read_tables(run.worker_home(name), env, left()) for name in WORKERS]
+    except (RuntimeError, OSError, ValueError, subprocess.TimeoutExpired, ForgeError,
+            KafkaError) as exc:  # fmt: skip
+        verdict.analytics_problem = " ".join(str(exc).split())[:300]
+        return
+    verdict.analytics = compare_analytics(
+        stores, rebuilt, trained=[s.sample_id for s in state.train]
+    )
+    run.say(f"analytics compared in {time.monotonic() - started:.0f} s")
 
 
 def print_report(run: Run, verdict: Verdict) -> None:
@@ -551,7 +628,8 @@ def main() -> int:
         run.bring_up()
         progress.start()
         run.chaos(args.minutes)
-        verdict = verdict_of(run)
+        state, verdict = verdict_of(run)
+        compare_stores(run, state, verdict)
     except KeyboardInterrupt:
         console.print("interrupted: stopping everything this run started")
         return 130

@@ -4,9 +4,10 @@ Side by side on the same events: the pure pipeline in process (decode, assemble,
 windowed FIFO); `forge-rl replay` through the real broker; and the live Faust worker
 (`forge-rl streams`, sink on) working through a backlog of --rollouts on forge.events,
 timed by record timestamps from its first write to the assembler's table to its last
-trajectory, so the worker's start-up is not counted but all its work is. Memory: peak RSS
-in process, and the live worker's peak RSS while it holds --inflight rollouts that have
-started but not ended.
+trajectory, so the worker's start-up is not counted but all its work is — one worker, then
+two in one group (each with its own embedded analytics store) on a fresh copy of the backlog;
+then the live/replay ratios. Memory: peak RSS in process, and the live worker's peak RSS
+while it holds --inflight rollouts that have started but not ended.
 
     python bench/streams.py [--rollouts 2000] [--inflight 10000] [--calls 2]
 """
@@ -127,7 +128,9 @@ def start_worker(
         "FORGE_STREAMS_WEB_PORT": str(free_port()),
     }  # fmt: skip
     cmd = [sys.executable, "-m", "forge_rl.cli", "streams"]
-    return subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    home.mkdir(parents=True, exist_ok=True)
+    with (home / "worker.log").open("wb") as log:  # the child keeps its own descriptor
+        return subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT)
 
 
 def record_times(bootstrap: str, topic: str) -> list[float]:
@@ -150,26 +153,32 @@ def record_times(bootstrap: str, topic: str) -> list[float]:
 
 
 def live_worker_rate(bootstrap: str, home: Path, rollouts: int, rng: np.random.Generator,
-                     calls: int) -> tuple[int, float, float, float]:  # fmt: skip
-    """(events, seconds, events/s, peak RSS MiB) of the worker working through a backlog,
-    timed from its first write to its assembler's table to its last trajectory."""
-    topics = fresh_topics(bootstrap, "live")
+                     calls: int, workers: int = 1) -> tuple[int, float, float, float]:  # fmt: skip
+    """(events, seconds, events/s, peak RSS MiB of all) of ``workers`` workers in one group
+    working through a backlog, timed from the first write to the assembler's table to the
+    last trajectory."""
+    topics = fresh_topics(bootstrap, f"live{workers}")
     sent = produce(bootstrap, topics, 0, rollouts, finished=True, rng=rng, calls=calls)
     app_id = f"bench-{uuid.uuid4().hex[:8]}"
-    worker = start_worker(bootstrap, home / "rate", topics, app_id)
+    group = [start_worker(bootstrap, home / f"rate{workers}-{i}", topics, app_id)
+             for i in range(workers)]  # fmt: skip
     peak = 0.0
     try:
         deadline = time.monotonic() + 600
         while True:
-            peak = max(peak, _tree_rss_mb(worker.pid))
+            peak = max(peak, sum(_tree_rss_mb(w.pid) for w in group))
             # End offsets only: reading the records here would load the machine measured.
             if _written(bootstrap, topics[TRAJECTORIES.name]) >= rollouts:
                 break
-            assert time.monotonic() < deadline, "the worker did not finish"
+            for worker in group:
+                assert worker.poll() is None, f"a worker exited: see {home}/rate*/worker.log"
+            assert time.monotonic() < deadline, f"the workers did not finish: {home}/rate*"
             time.sleep(1)
     finally:
-        worker.send_signal(signal.SIGTERM)
-        worker.wait(60)
+        for worker in group:
+            worker.send_signal(signal.SIGTERM)
+        for worker in group:
+            worker.wait(60)
     times = record_times(bootstrap, topics[TRAJECTORIES.name])
     first_write = min(record_times(bootstrap, f"{app_id}-rollout-events-changelog"))
     span = max(times) - first_write
@@ -239,6 +248,7 @@ def main() -> None:
     console = Console(width=160)
     rng = np.random.default_rng(0)
     table = Table("measurement", "events", "seconds", "events/s", "peak RSS MiB")
+    ratios: list[str] = []
 
     base_rss = psutil.Process().memory_info().rss / 2**20
     encoded, queue = [], []
@@ -284,15 +294,19 @@ def main() -> None:
             sources=ReplaySources(*specs),
         )  # fmt: skip
         elapsed = time.perf_counter() - started
+        replay_rate = count / elapsed
         table.add_row(f"replay through Kafka, {args.rollouts} rollouts", str(count),
-                      f"{elapsed:.2f}", f"{count / elapsed:.0f}", "")  # fmt: skip
+                      f"{elapsed:.2f}", f"{replay_rate:.0f}", "")  # fmt: skip
         assert len(replay.samples) == args.rollouts
-        with console.status("live worker working through a backlog…"):
-            events, span, rate, peak = live_worker_rate(
-                bootstrap, home, args.rollouts, rng, args.calls
-            )
-        table.add_row(f"live worker (sink on), backlog of {args.rollouts} rollouts", str(events),
-                      f"{span:.2f}", f"{rate:.0f}", f"{peak:.0f}")  # fmt: skip
+        for workers in (1, 2):
+            with console.status(f"{workers} live worker(s) working through a backlog…"):
+                events, span, rate, peak = live_worker_rate(
+                    bootstrap, home, args.rollouts, rng, args.calls, workers
+                )
+            label = "live worker" if workers == 1 else f"{workers} live workers in one group"
+            table.add_row(f"{label} (sink on), backlog of {args.rollouts} rollouts", str(events),
+                          f"{span:.2f}", f"{rate:.0f}", f"{peak:.0f}")  # fmt: skip
+            ratios.append(f"{workers} worker(s) {rate / replay_rate:.2f}x")
         with console.status(f"live worker holding {args.inflight} rollouts in flight…"):
             peak = live_worker_inflight_rss(bootstrap, home, args.inflight, rng, args.calls)
         table.add_row(f"live worker, {args.inflight} rollouts in flight", "", "", "",
@@ -305,6 +319,7 @@ def main() -> None:
                   "tokens, ModelResponse with 100 tokens), RolloutFinished — "
                   f"{2 * args.calls + 2} per rollout")  # fmt: skip
     console.print(table)
+    console.print(f"live / replay events/s: {', '.join(ratios)}")
 
 
 if __name__ == "__main__":

@@ -165,13 +165,14 @@ def streams(ctx: click.Context) -> None:
     settings = load_settings(StreamsSettings, ctx.find_root().obj, "streams")
     load_pipeline_config(settings.pipeline_file)  # a bad file is reported before Kafka is asked
     bootstrap = require_bootstrap(infra)
-    import faust
-
     from streams.app import create_streams_app
+    from streams.worker_process import BoundedStopWorker
 
     app = create_streams_app(settings, bootstrap, infra)
     console.print(f"streams worker {settings.app_id} on Kafka {bootstrap}")
-    worker = faust.Worker(app, loglevel="WARNING", quiet=True)
+    worker = BoundedStopWorker(
+        app, stop_timeout_s=settings.stop_timeout_s, loglevel="WARNING", quiet=True
+    )
     # The start-up spinner's handler sets the root logger to DEBUG for good, so every debug
     # call in aiokafka and Faust built a log record per message (~8% of the worker's time).
     worker.spinner = None
@@ -185,6 +186,10 @@ def streams(ctx: click.Context) -> None:
 @click.option("--agents", type=int, help="Agent processes at once.")
 @click.option("--max-rollouts", type=int, help="Stop after this many rollouts.")
 @click.option("--until-policy", type=int, help="Stop once the engine serves this version.")
+@click.option("--engine", type=click.Choice(["embedded", "vllm"]),
+              help="The gateway's engine (default embedded); vllm: a local vLLM CPU server on "
+              "the base policy, started and stopped by the run (scripts/setup_vllm.sh builds "
+              "its environment).")  # fmt: skip
 @click.option("--engines", type=int, help="Embedded engines in the gateway (default 1).")
 @click.option("--trainer-ranks", type=click.IntRange(min=1), default=1, show_default=True,
               help="Data-parallel trainer ranks on this machine (more than one: under torchrun; "
@@ -200,6 +205,7 @@ def run_cmd(
     agents: int | None,
     max_rollouts: int | None,
     until_policy: int | None,
+    engine: str | None,
     engines: int | None,
     trainer_ranks: int,
     fresh: bool,
@@ -212,7 +218,7 @@ def run_cmd(
     overrides = {
         "agent_cmd": agent_cmd, "duration_s": duration_s, "agents": agents,
         "max_rollouts": max_rollouts, "until_policy": until_policy,
-        "engines": engines,
+        "engine": engine, "engines": engines,
     }  # fmt: skip
     config_file = ctx.find_root().obj
     settings = load_settings(RunSettings, config_file, "run", overrides)

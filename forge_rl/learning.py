@@ -21,6 +21,8 @@ class LearningSummary:
     aborted: int
     first: Slice
     last: Slice
+    overall: Slice
+    """Every scored rollout of the run."""
 
     @property
     def gain(self) -> float:
@@ -47,4 +49,5 @@ def learning_summary(
         aborted=len(rewards_by_start) - len(scored),
         first=_slice(scored[:k]),
         last=_slice(scored[-k:] if k else []),
+        overall=_slice(scored),
     )

@@ -8,7 +8,6 @@ import json
 import os
 import secrets
 import shutil
-import socket
 import sys
 import time
 from collections import deque
@@ -30,8 +29,10 @@ from forge_rl.pipeline_watch import PipelineWatch
 from forge_rl.progress import ProgressView, progress_display, progress_view, status
 from forge_rl.report_data import run_started
 from forge_rl.run_config import RunSettings
-from forge_rl.supervisor import Child, Supervisor
+from forge_rl.supervisor import Child, Supervisor, log_tail
 from infra.config import InfraSettings
+from infra.local_broker import free_port
+from infra.settings import load_settings
 from schemas.errors import ConfigError, ForgeError
 from schemas.topics import EVENTS, METRICS, TRAIN
 from trainer.launch import trainer_command
@@ -49,13 +50,6 @@ class RunState:
     served_version: int = 0
     version_seen_at: float | None = None
     """Wall time at which the engine was first seen serving ``until_policy``."""
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 def reset_state(infra: InfraSettings) -> None:
@@ -124,7 +118,8 @@ class Runner:
     # --- start -------------------------------------------------------------------------------
 
     def start(self) -> str:
-        """Bring up infra and the three services; return the Kafka bootstrap."""
+        """Bring up infra and the three services (and the vLLM server with engine vllm);
+        return the Kafka bootstrap."""
         from infra.lifecycle import infra_up, local_broker
 
         self.logs.mkdir(parents=True, exist_ok=True)
@@ -134,6 +129,11 @@ class Runner:
             bootstrap = infra_up(self.infra, with_analytics=False).bootstrap
         with status(self.console, "preparing the base policy…"):
             self._base_policy()
+            vllm_policy = None
+            if self.settings.engine == "vllm":
+                from forge_rl.local_vllm import serving_policy
+
+                vllm_policy = serving_policy(self.config_file, self.infra.home)
         gateway_port = self.settings.gateway_port or free_port()
         web_port = self.settings.streams_web_port or free_port()
         self.gateway_url = f"http://127.0.0.1:{gateway_port}"
@@ -151,9 +151,11 @@ class Runner:
         if self.config_file is not None:
             cli += ["--config", str(self.config_file)]
         supervisor.start("streams", [*cli, "streams"])
-        supervisor.start("trainer", trainer_command(cli, self.trainer_ranks))
-        engines = [] if self.settings.engines is None else ["--engines", str(self.settings.engines)]
-        supervisor.start("gateway", [*cli, "gateway", "--port", str(gateway_port), *engines])
+        trainer_env = {} if vllm_policy is None else {"FORGE_TRAINER_BASE_MODEL": str(vllm_policy)}
+        supervisor.start("trainer", trainer_command(cli, self.trainer_ranks), trainer_env)
+        engine, gateway_env = self._engine(vllm_policy)
+        gateway = [*cli, "gateway", "--port", str(gateway_port), *engine]
+        supervisor.start("gateway", gateway, gateway_env)
         deadline = time.monotonic() + self.settings.startup_timeout_s
         with status(self.console, "starting gateway, streams worker and trainer…"):
             _wait_ready(supervisor, f"{self.gateway_url}/health", deadline)
@@ -176,6 +178,32 @@ class Runner:
 
             disable_progress_bars()
             save_tiny_policy(base)
+
+    def _engine(self, vllm_policy: Path | None) -> tuple[list[str], dict[str, str]]:
+        """The gateway's engine arguments and environment: its embedded engines, or the run's
+        vLLM server on ``vllm_policy``, started here and watched and stopped with the rest."""
+        if vllm_policy is None:
+            engines = self.settings.engines
+            return [] if engines is None else ["--engines", str(engines)], {}
+        from forge_rl.local_vllm import gateway_engine, start_vllm_server
+        from gateway.config import GatewaySettings
+        from gateway.errors import EngineError
+
+        assert self.supervisor is not None
+        overrides = {"admin_key": self.admin_key}
+        gateway = load_settings(GatewaySettings, self.config_file, "gateway", overrides)
+        log_path = self.logs / "vllm.log"
+        try:
+            with status(self.console, "starting the vLLM server…"):
+                server = start_vllm_server(
+                    vllm_policy, log_path, max_model_len=gateway.max_context_tokens,
+                    startup_timeout_s=self.settings.startup_timeout_s,
+                )  # fmt: skip
+        except EngineError as exc:
+            raise ChildCrashedError(f"{exc}; it ends with:\n{log_tail(log_path)}") from None
+        assert server.process is not None
+        self.supervisor.adopt("vllm", server.process, log_path)
+        return gateway_engine(server)
 
     def launcher(self) -> Launcher:
         if self.settings.agent_cmd:
@@ -320,6 +348,10 @@ class Runner:
 def run(settings: RunSettings, infra: InfraSettings, config_file: Path | None,
         console: Console, *, fresh: bool, trainer_ranks: int = 1) -> LearningSummary:  # fmt: skip
     """The whole main job; raises ChildCrashedError when a service dies under it."""
+    if settings.engine == "vllm":  # before anything is started or deleted
+        from forge_rl.local_vllm import require_vllm_python
+
+        require_vllm_python()
     if fresh:
         reset_state(infra)
     runner = Runner(settings, infra, config_file, console, trainer_ranks)
@@ -330,6 +362,7 @@ def run(settings: RunSettings, infra: InfraSettings, config_file: Path | None,
         watch.start()
         runner.state = RunState()
         asyncio.run(runner.drive(watch))
+        agent_seconds = time.monotonic() - runner.state.started
         assert runner.fleet is not None
         episodes = sorted(runner.fleet.episodes, key=lambda e: e.started)
         summary = learning_summary([e.reward for e in episodes])
@@ -340,7 +373,9 @@ def run(settings: RunSettings, infra: InfraSettings, config_file: Path | None,
             "started_at": run_started(runner.run_id),  # the span `forge-rl report --run` reads
             "ended_at": datetime.now(UTC),
             "config": str(config_file) if config_file else None,
+            "engine": settings.engine,
             "seconds": time.monotonic() - runner.state.started,
+            "agent_seconds": agent_seconds,
             "served_version": runner.state.served_version,
             "pipeline": {
                 "events": watch.snapshot.events,

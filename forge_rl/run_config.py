@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Literal
+
 from pydantic import Field, field_validator, model_validator
 from pydantic_settings import SettingsConfigDict
 
@@ -22,6 +24,11 @@ class RunSettings(ForgeSettings):
         default=None,
         ge=1,
         description="Stop once an episode begun after the engine served this version has ended.",
+    )
+    engine: Literal["embedded", "vllm"] = Field(
+        default="embedded",
+        description="The gateway's engine: embedded, or a vLLM CPU server this run starts on "
+        "the base policy (its environment built by scripts/setup_vllm.sh).",
     )
     engines: int | None = Field(
         default=None,
@@ -56,4 +63,11 @@ class RunSettings(ForgeSettings):
         if self.agents < self.group_size:
             raise ValueError(f"agents ({self.agents}) must be at least group_size "
                              f"({self.group_size}): a group's rollouts run together")  # fmt: skip
+        return self
+
+    @model_validator(mode="after")
+    def _one_vllm_server(self) -> RunSettings:
+        if self.engine == "vllm" and self.engines not in (None, 1):
+            raise ValueError("engines counts the gateway's embedded engines; engine vllm starts "
+                             "one vLLM server")  # fmt: skip
         return self

@@ -17,13 +17,18 @@ class Child:
     name: str
     process: subprocess.Popen[bytes]
     log_path: Path
+    stop_last: bool = False
 
     def tail(self, lines: int = 15) -> str:
-        try:
-            text = self.log_path.read_text(errors="replace")
-        except OSError:
-            return ""
-        return "\n".join(text.splitlines()[-lines:])
+        return log_tail(self.log_path, lines)
+
+
+def log_tail(path: Path, lines: int = 15) -> str:
+    try:
+        text = path.read_text(errors="replace")
+    except OSError:
+        return ""
+    return "\n".join(text.splitlines()[-lines:])
 
 
 class Supervisor:
@@ -49,23 +54,38 @@ class Supervisor:
         self.children.append(child)
         return child
 
+    def adopt(self, name: str, process: subprocess.Popen[bytes], log_path: Path) -> Child:
+        """A server started elsewhere in a session of its own (the vLLM server), watched with
+        the children; stopped after them, once nothing calls it any more."""
+        child = Child(name, process, log_path, stop_last=True)
+        self.children.append(child)
+        return child
+
     def exited(self) -> list[Child]:
         """Children that have ended: while a run is on, any of them is a failure."""
         return [c for c in self.children if c.process.poll() is not None]
 
     def stop_all(self, timeout_s: float = 20.0) -> dict[str, int]:
-        """SIGTERM every child (its whole process group), SIGKILL what outlives the timeout."""
-        for child in self.children:
+        """SIGTERM the children (each whole process group), then the adopted servers they
+        called; SIGKILL what outlives ``timeout_s`` of its turn. Exit codes by name."""
+        codes: dict[str, int] = {}
+        try:
+            self._stop_turn([c for c in self.children if not c.stop_last], timeout_s, codes)
+        finally:  # a second Ctrl-C during the first turn must not leave a server running
+            self._stop_turn([c for c in self.children if c.stop_last], timeout_s, codes)
+        return codes
+
+    @staticmethod
+    def _stop_turn(turn: list[Child], timeout_s: float, codes: dict[str, int]) -> None:
+        for child in turn:
             _signal_group(child.process, signal.SIGTERM)
         deadline = time.monotonic() + timeout_s
-        codes = {}
-        for child in self.children:
+        for child in turn:
             try:
                 codes[child.name] = child.process.wait(max(0.1, deadline - time.monotonic()))
             except subprocess.TimeoutExpired:
                 _signal_group(child.process, signal.SIGKILL)
                 codes[child.name] = child.process.wait()
-        return codes
 
 
 def _signal_group(process: subprocess.Popen[bytes], sig: int) -> None:

@@ -93,8 +93,11 @@ class EventFollower:
         return False
 
 
-async def follow_queue_head(bootstrap: str, topic: str, on_head: Callable[[int], None]) -> None:
-    """Report the trainer's queue head from each TrainStep on ``topic`` (forge.metrics)."""
+async def follow_queue_head(
+    bootstrap: str, topic: str, on_head: Callable[[int, int], None]
+) -> None:
+    """Report the trainer's queue head, with the policy version its step made, from each
+    TrainStep on ``topic`` (forge.metrics)."""
     consumer = async_consumer(
         bootstrap, topic, auto_offset_reset="earliest", enable_auto_commit=False
     )
@@ -105,6 +108,6 @@ async def follow_queue_head(bootstrap: str, topic: str, on_head: Callable[[int],
             decoded = decode_message(spec, partition=m.partition, offset=m.offset, key=m.key,
                                      value=m.value, consumer="gateway")  # fmt: skip
             if isinstance(decoded, Delivered) and isinstance(decoded.record, TrainStep):
-                on_head(decoded.record.queue_head)
+                on_head(decoded.record.queue_head, decoded.record.policy_version)
     finally:
         await consumer.stop()

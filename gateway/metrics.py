@@ -36,6 +36,9 @@ class GatewayMetrics:
             registry=r,
             buckets=(0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1),
         )  # fmt: skip
+        self.calls_in_flight = Gauge(
+            "forge_gateway_calls_in_flight", "Model calls the engine is generating", registry=r
+        )
         self.policy_version = Gauge(
             "forge_gateway_policy_version", "Policy version the engine serves", registry=r
         )

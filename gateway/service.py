@@ -67,6 +67,8 @@ class RolloutService:
         self.metrics = metrics
         self.rollouts = RolloutRegistry(settings.rollout_timeout_s)
         self.admission = ActiveBuffer(settings.active_buffer)
+        if settings.follow_policy:  # else the served version never changes: any head applies
+            self.admission.served_version = lambda: self.engine.policy_version
         self.limiter = GenerationLimiter(
             settings.max_concurrent_generations, settings.max_queued_generations
         )
@@ -78,13 +80,15 @@ class RolloutService:
         self, task_id: str, group_id: str | None, group_size: int, metadata: dict[str, str]
     ) -> tuple[Rollout, str]:
         """A new rollout and its API key, its RolloutStarted stored; 429 while the active buffer
-        is full (a new group only: a group admitted is admitted whole)."""
-        if not self.admission.admits(group_id or "", group_size):
-            raise OverloadedError(
-                f"the active buffer holds {self.admission.active} rollouts the trainer has not "
-                "consumed; retry later"
-            )
+        is full (a new group only: a group admitted is admitted whole). Its room is reserved
+        before anything is awaited, and given back if the start fails."""
         rollout, api_key = self.rollouts.create(task_id, group_id, group_size)
+        if not self.admission.admit(rollout.group_id, group_size):
+            self.rollouts.forget(rollout.rollout_id)
+            raise OverloadedError(
+                f"the active buffer holds {self.admission.active} rollouts (queued or reserved) "
+                "the trainer has not consumed; retry later"
+            )
         entry = QueueEntry(rollout.rollout_id, rollout.group_id, group_size, datetime.now(UTC))
         started = RolloutStarted(
             task_id=task_id,
@@ -94,15 +98,20 @@ class RolloutService:
             metadata=metadata,
             key_hash=key_hash(api_key),
         )
+        stored = False
         try:
             started.queue_index = rollout.queue_index = await self.events.enqueue(entry)
             await self._append(rollout, [started])
+            stored = True
         except EventLogUnavailableError as exc:
             self.rollouts.forget(rollout.rollout_id)
             if started.queue_index >= 0 or exc.pending is not None:
                 self._failed_starts.append(_FailedStart(rollout.rollout_id, started, exc.pending))
             raise
-        self.admission.queued(started.queue_index, rollout.group_id)
+        finally:
+            if not stored:  # any failure, cancellation included: the room is not kept
+                self.admission.release(rollout.group_id)
+        self.admission.started(started.queue_index, rollout.group_id)
         return rollout, api_key
 
     async def signal(self, rollout: Rollout, signals: Sequence[ProcessSignal]) -> None:
@@ -131,7 +140,7 @@ class RolloutService:
         self.rollouts.apply(envelope, datetime.now(UTC), time.monotonic())
         payload = envelope.payload
         if isinstance(payload, RolloutStarted) and payload.queue_index >= 0:
-            self.admission.queued(payload.queue_index, payload.group_id)
+            self.admission.queued(payload.queue_index, payload.group_id, payload.group_size)
 
     async def abort_unresumable(self) -> None:
         """Rollouts found open in the log that this gateway cannot serve end with the reason."""
@@ -178,7 +187,10 @@ class RolloutService:
     async def call(self, rollout: Rollout, call: CallInput) -> tuple[str, list[Generation]]:
         """Generate, store the call's events durably, remember it as a parent candidate."""
         started = time.perf_counter()
-        with routing_affinity(rollout.rollout_id, rollout.group_id):
+        with (
+            routing_affinity(rollout.rollout_id, rollout.group_id),
+            self.metrics.calls_in_flight.track_inprogress(),
+        ):
             generations = await self.engine.generate(call.prompt.tolist(), call.params)
         latency_ms = (time.perf_counter() - started) * 1000
         recorded = record_call(call, generations, rollout.recent, latency_ms)

@@ -35,8 +35,9 @@ TABLES: dict[str, str] = {
             prompt_tokens UInt64,
             completion_tokens UInt64,
             policy_version Int64,
-            staleness Int64
-        ) ENGINE = ReplacingMergeTree
+            staleness Int64,
+            row_version UInt64 MATERIALIZED toUInt64(greatest(staleness + 1, 0))
+        ) ENGINE = ReplacingMergeTree(row_version)
         PARTITION BY toYYYYMM(ended_at)
         ORDER BY (ended_at, policy_version, rollout_id)
     """,
@@ -149,12 +150,43 @@ def analytics_client(settings: InfraSettings, session: dict[str, Any] | None = N
         ) from exc
 
 
+ROLLOUTS_ENGINE = "ReplacingMergeTree(row_version)"
+"""A rollout's row is written by the sequencer when its first scoring is applied (staleness
+-1), again once its sample is emitted (its staleness), and again by every later sequencer
+term for forge.train's samples; in several stores or after a failover a -1 row can come after
+the one with a staleness: that one must win whatever the order, so it carries the higher
+version."""
+
+
 def ensure_tables(client: Client) -> None:
-    """Create the analytics tables if missing, add columns an older table lacks. Idempotent."""
+    """Create the analytics tables if missing, bring an older table up to date. Idempotent."""
     for ddl in TABLES.values():
         client.command(ddl)
     for ddl in MIGRATIONS.values():
         client.command(ddl)
+    _rollouts_keep_staleness(client)
+
+
+def _rollouts_keep_staleness(client: Client) -> None:
+    """A rollouts table from before ``ROLLOUTS_ENGINE`` kept the last row written: copied into
+    one that keeps the row with a staleness (an engine cannot be altered)."""
+    engine = client.command(
+        "SELECT engine_full FROM system.tables "
+        "WHERE database = currentDatabase() AND name = 'rollouts'"
+    )
+    if str(engine).startswith(ROLLOUTS_ENGINE):
+        return
+    client.command("DROP TABLE IF EXISTS rollouts_migrating")
+    client.command(TABLES["rollouts"].replace("rollouts (", "rollouts_migrating (", 1))
+    client.command(_added("rollouts_migrating", ROLLOUT_ADDED_COLUMNS))
+    old = client.query(
+        "SELECT name FROM system.columns WHERE database = currentDatabase() "
+        "AND table = 'rollouts' AND default_kind != 'MATERIALIZED' ORDER BY position"
+    )
+    columns = ", ".join(row[0] for row in old.result_rows)
+    client.command(f"INSERT INTO rollouts_migrating ({columns}) SELECT {columns} FROM rollouts")
+    client.command("RENAME TABLE rollouts TO rollouts_replaced, rollouts_migrating TO rollouts")
+    client.command("DROP TABLE rollouts_replaced")
 
 
 def query_rows(client: Client, sql: str) -> tuple[list[str], list[tuple[Any, ...]]]:

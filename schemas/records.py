@@ -227,6 +227,16 @@ class TrainSample(Record):
     sample_id: str
     queue_index: int
     trajectory: Trajectory
+    fifo_head: int = field(default=-1, compare=False)
+    """Every queue index below it was emitted before this sample or with it, or dropped: what a
+    trainer that has trained this sample has consumed (admission frees room by it; with the
+    window, items past a slow one are trained before it, so one past the highest index
+    trained overstates it). -1: not known (older logs). Progress, not content: left out of
+    equality."""
+    staleness: int = field(default=-1, compare=False)
+    """Policy versions between the one that generated it and the one current when it was
+    consumed (the windowed FIFO's). -1: not known (older logs). When, not what: left out of
+    equality (a late fact can change it, as it can the order)."""
 
 
 @dataclass(eq=False, slots=True)

@@ -5,49 +5,77 @@
   ends, its events go as one bundle to an internal topic keyed by group.
 - ``score`` (internal topic, keyed by group): each member's bundle is stored once under its
   own key, next to the group's member list; a complete group is scored and its trajectories
-  go to forge.trajectories (and the rollouts/calls tables).
+  go to forge.trajectories (and their calls to the calls table).
 - ``sequence`` (a task over forge.queue, forge.trajectories and forge.policy): the
   event-time sequencer, active in one worker of the group at a time, fenced by the broker and
-  exact across restarts by sample identity (``streams.live_sequencer``).
+  exact across restarts by sample identity (``streams.live_sequencer``); it writes the
+  rollouts table.
 Undecodable records go to forge.dlq with the reason, and so do rollouts that cannot be scored:
 larger than one message, with a non-finite reward input, or ended after their group's timeout.
 The tables' protocol lives in ``streams.tables``, the settle rule in ``streams.groups``, the
-event time timeouts are judged at in ``streams.event_clock``; this module only wires them.
+event time timeouts are judged at in ``streams.watermarks``; this module only wires them.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar
 
 import faust
+from aiokafka.errors import KafkaError
+from faust.exceptions import ConsumerNotStarted
+from faust.types import TP
 
 from infra.analytics import analytics_client, ensure_tables
 from infra.config import InfraSettings
-from infra.kafka_clients import decode_message, ensure_topics
+from infra.kafka_clients import decode_message, ensure_topics, topic_partitions
 from infra.metrics_server import StreamsMetrics, serve_metrics
 from schemas import codec
 from schemas.records import DeadLetter, Envelope, Record, TrainStep
-from schemas.topics import DLQ, MAX_MESSAGE_BYTES, TopicSpec
+from schemas.topics import DLQ, EVENTS, MAX_MESSAGE_BYTES, TopicSpec
 from streams import bundles
 from streams.config import StreamsSettings, load_pipeline_config
-from streams.event_clock import EventClock
 from streams.groups import GroupScorer
 from streams.live_sequencer import run_sequencer
-from streams.sinks import SinkBuffer, call_rows, rollout_row
+from streams.sinks import SinkBuffer, call_rows
 from streams.sql_endpoint import open_endpoint
 from streams.tables import TABLES, GroupTables, OpenRollouts
+from streams.watermarks import (
+    WATERMARK_HEADER,
+    EventsProgress,
+    SharedHorizon,
+    Watermark,
+    combined,
+)
 
 log = logging.getLogger(__name__)
 R = TypeVar("R", bound=Record)
+
+
+class FlushSinkBeforeCommit(faust.Sensor):  # type: ignore[misc]
+    """Inserts the buffered rows as a commit begins, before it takes the acknowledged offsets:
+    a committed event's rows are stored (unless the store is down: then they wait in the
+    buffer), so a kill -9 right after a commit no longer loses the calls rows of a group whose
+    bundles will not be read again."""
+
+    def __init__(self, buffer: SinkBuffer) -> None:
+        super().__init__()
+        self.buffer = buffer
+
+    def on_commit_initiated(self, consumer: Any) -> None:
+        self.buffer.flush()
 
 
 def create_streams_app(
     settings: StreamsSettings, bootstrap: str, infra: InfraSettings
 ) -> faust.App:
     config = load_pipeline_config(settings.pipeline_file)
+    # The tables are partitioned as forge.events is (the assembler writes them keyed by
+    # rollout), and the scorer's topic alike: grown partitions need a new app_id.
+    partitions = len(topic_partitions(bootstrap, (settings.events_topic,))) or EVENTS.partitions
     app = faust.App(
         settings.app_id,
         broker=f"kafka://{bootstrap}",
@@ -56,7 +84,7 @@ def create_streams_app(
         value_serializer="raw",
         key_serializer="raw",
         topic_replication_factor=1,
-        topic_partitions=4,
+        topic_partitions=partitions,
         web_host="127.0.0.1",
         web_bind=settings.web_bind,
         web_port=settings.web_port,
@@ -71,16 +99,18 @@ def create_streams_app(
     # Faust's assignor ignores a topic missing from metadata at the first rebalance; on a loaded
     # machine that once lost the bundles sent meanwhile. Created up front, nothing is missing.
     ensure_topics(
-        bootstrap, internal_topics(settings.app_id), timeout_s=infra.kafka_connect_timeout_s
+        bootstrap,
+        internal_topics(settings.app_id, partitions),
+        timeout_s=infra.kafka_connect_timeout_s,
     )
     ended = app.topic(ended_topic(settings.app_id), key_type=bytes, value_type=bytes,
-                      partitions=4, internal=True)  # fmt: skip
+                      partitions=partitions, internal=True)  # fmt: skip
     trajectories = app.topic(settings.trajectories_topic, key_type=bytes, value_type=bytes)
     dlq = app.topic(DLQ.name, key_type=bytes, value_type=bytes)
     # Keys and values are bytes on both sides: a str key would not survive changelog recovery.
     tables: dict[str, Any] = {
         "default": bytes,
-        "partitions": 4,
+        "partitions": partitions,
         "key_type": bytes,
         "value_type": bytes,
     }
@@ -100,11 +130,16 @@ def create_streams_app(
         open_groups=lambda: len(groups.tables.open_groups()),
     )
     serve_metrics(metrics.registry, infra.metrics_port, infra.metrics_bind)
-    clock = EventClock(settings.lateness_s, settings.idle_flush_s, settings.live_within_s)
+    progress = EventsProgress(settings.idle_flush_s)
+    lateness = timedelta(seconds=settings.lateness_s)
+    horizons: dict[int, SharedHorizon] = {}
+    """Per partition of ``ended`` this worker scores, its view of every events partition."""
     sink = analytics_client(infra) if settings.sink else None
     buffer = SinkBuffer(sink) if sink is not None else None
     if sink is not None:
         ensure_tables(sink)
+    if buffer is not None:
+        app.sensors.add(FlushSinkBeforeCommit(buffer))
 
     async def send_dead_letter(letter: DeadLetter) -> None:
         """Acknowledged before the agent moves on: nothing is dropped silently."""
@@ -138,6 +173,8 @@ def create_streams_app(
         async for event in stream.events():
             envelope = await decoded(event, Envelope)
             if envelope is None:
+                progress.processed(event.message.partition, event.message.offset, None,
+                                   time.monotonic())  # fmt: skip
                 continue
             done = rollouts.add(envelope, event.value)
             if done is not None:
@@ -147,15 +184,27 @@ def create_streams_app(
                 else:
                     await dead_letter(event.message, reason)
                 rollouts.close(done.rollout_id)
-            clock.saw(envelope.ts)  # after its bundle is on its way to ``score``
+            # After its bundle is on its way: a watermark sent later follows it in the log.
+            progress.processed(event.message.partition, event.message.offset, envelope.ts,
+                               time.monotonic())  # fmt: skip
 
     @app.agent(ended)
     async def score(stream: faust.StreamT) -> None:
         """Members arrive one bundle each; a message with a tick header is ``expire_groups``
-        asking for the group's timeout to be checked against the event time it carries."""
+        asking for the group's timeout to be checked against the event time it carries, one
+        with a watermark header an events partition's progress (``send_watermarks``)."""
         async for event in stream.events():
-            tick = (event.headers or {}).get(TICK_HEADER)
-            horizon = None if tick is None else datetime.fromisoformat(bytes(tick).decode())
+            headers = event.headers or {}
+            try:
+                mark = headers.get(WATERMARK_HEADER)
+                if mark is not None:
+                    horizon_of(event.message.partition).saw(Watermark.decode(bytes(mark)))
+                    continue
+                tick = headers.get(TICK_HEADER)
+                horizon = None if tick is None else datetime.fromisoformat(bytes(tick).decode())
+            except ValueError as error:
+                await dead_letter(event.message, f"bad control header: {error}")
+                continue
             settled = groups.offer(event.key, event.value, horizon)
             if settled is None:
                 continue
@@ -163,18 +212,53 @@ def create_streams_app(
                 await dead_letter(event.message, reason, value=bundle)
             for trajectory in settled.trajectories:
                 await trajectories.send(key=event.key, value=codec.encode(trajectory))
-            if buffer is not None:
-                buffer.add(
-                    [rollout_row(t, -1) for t in settled.trajectories],
-                    call_rows(e for m in settled.present for e in m.events.events),
-                )
+            if buffer is not None:  # rollout rows come from the sequencer: the first scoring
+                buffer.add(calls=call_rows(e for m in settled.present for e in m.events.events))
             groups.close(event.key, settled)
+
+    def horizon_of(partition: int) -> SharedHorizon:
+        return horizons.setdefault(partition, SharedHorizon(lateness))
+
+    def owned(topic: str) -> set[int]:
+        return {tp.partition for tp in app.consumer.assignment() if tp.topic == topic}
+
+    async def send_watermark_round() -> None:
+        mine = owned(settings.events_topic)
+        progress.keep_only(mine)
+        tps = [TP(settings.events_topic, p) for p in sorted(mine)]
+        if not tps:
+            return
+        ends = await app.consumer.highwaters(*tps)  # asked of the broker now, not cached
+        sent = []
+        for tp in tps:
+            position = await app.consumer.position(tp)
+            mark = progress.mark(tp.partition, ends.get(tp), position, time.monotonic())
+            header = {WATERMARK_HEADER: mark.encode()}
+            for target in range(partitions):
+                sent.append(await ended.send(value=b"", partition=target, headers=header))
+        await asyncio.gather(*sent)
+
+    @app.task
+    async def send_watermarks() -> None:
+        """Every ``group_check_s``, every events partition this worker owns tells every
+        partition of ``ended`` how far it is processed (``streams.watermarks``); each round is
+        written before the next one's check, as the horizon's rule needs."""
+        while True:
+            await asyncio.sleep(settings.group_check_s)
+            try:
+                await send_watermark_round()
+            except (KafkaError, ConsumerNotStarted, TimeoutError) as error:
+                log.warning("watermarks skipped this round: %s", error)  # the broker away
 
     @app.timer(interval=settings.group_check_s)
     async def expire_groups() -> None:
         """Open groups past their timeout get a tick on their own partition (tables change
-        only inside the agent owning the key), carrying the event time it may assume."""
-        horizon = clock.horizon()
+        only inside the agent owning the key), carrying the event time it may assume: the
+        shared horizon of every partition of ``ended`` this worker scores."""
+        scored = owned(ended_topic(settings.app_id))
+        for partition in set(horizons) - scored:
+            del horizons[partition]
+        horizon = combined([horizon_of(p).horizon(partitions) for p in sorted(scored)])
         if horizon is None:
             return
         header = {TICK_HEADER: horizon.isoformat().encode()}
@@ -226,11 +310,14 @@ def ended_topic(app_id: str) -> str:
     return f"{app_id}.rollouts-ended"
 
 
-def internal_topics(app_id: str) -> tuple[TopicSpec, ...]:
+def internal_topics(app_id: str, partitions: int) -> tuple[TopicSpec, ...]:
     """The worker's internal topic and its tables' changelogs (bundles of raw events)."""
     configs = {"compression.type": "zstd", "max.message.bytes": str(MAX_MESSAGE_BYTES)}
     changelog = {**configs, "cleanup.policy": "compact"}
     return (
-        TopicSpec(ended_topic(app_id), Envelope, 4, configs),
-        *(TopicSpec(f"{app_id}-{table}-changelog", Envelope, 4, changelog) for table in TABLES),
+        TopicSpec(ended_topic(app_id), Envelope, partitions, configs),
+        *(
+            TopicSpec(f"{app_id}-{table}-changelog", Envelope, partitions, changelog)
+            for table in TABLES
+        ),
     )

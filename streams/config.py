@@ -121,9 +121,7 @@ class StreamsSettings(ForgeSettings):
     live_within_s: float = Field(
         default=30.0,
         gt=0,
-        description="Going live: the sequencer once a group completed this recently arrives; "
-        "group timeouts once event time has kept pace with the local clock (within lateness_s) "
-        "for this long, whatever the producers' clock skew.",
+        description="Going live: the sequencer once a group completed this recently arrives.",
     )
     group_check_s: float = Field(
         default=2.0, gt=0, description="How often open groups are checked against their timeout."
@@ -132,6 +130,9 @@ class StreamsSettings(ForgeSettings):
         default=1.0, gt=0, description="Analytics rows are batched for at most this long."
     )
     sink: bool = Field(default=True, description="Fill the rollouts and calls tables.")
+    stop_timeout_s: float = Field(
+        default=30.0, gt=0, description="After SIGTERM, exit with status 1 if not stopped by then."
+    )
 
     @field_validator("sql_key")
     @classmethod
@@ -151,5 +152,6 @@ class StreamsSettings(ForgeSettings):
     @property
     def sequencer_flush_s(self) -> float:
         """The sequencer's quiet period outlasts the assembler's plus one timeout check, so the
-        groups timed out at the end of the log are scored before everything is applied."""
-        return 2 * self.idle_flush_s + self.group_check_s
+        groups timed out at the end of the log are scored before everything is applied: quiet,
+        then two rounds of watermarks (``streams.watermarks``) and the check that ticks them."""
+        return 2 * self.idle_flush_s + 3 * self.group_check_s

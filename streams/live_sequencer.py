@@ -9,9 +9,10 @@
 - **Progress is an identity.** Only after fencing, forge.train is read (read_committed) and the
   queue indices it holds are seeded into the rebuilt FIFO as consumed (``WindowedFifo``): they
   are never written again, and their trajectories need not be in the log any more.
-Transient errors (a broker restart) end one term and the task tries again with a bounded
-backoff while the worker keeps running; a fenced term waits until the group hands this worker
-the partition again.
+A term that fails — a broker restart, or fenced by a newer term — is started again after a
+bounded backoff while the group still hands this worker the partition: the group, not the
+fence, says who holds the lease (a resumed zombie's old term is fenced while the group may
+already have handed the partition back to it).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRebalanceListener
@@ -34,10 +36,12 @@ from schemas.topics import derived_train_topic
 from streams.config import StreamsSettings
 from streams.pipeline import PipelineConfig
 from streams.sequencer import EventTimeSequencer
-from streams.sinks import SinkBuffer, rollout_row
+from streams.sinks import UNSET_STALENESS, SinkBuffer, rollout_row
 
 log = logging.getLogger(__name__)
-MAX_BACKOFF_S = 10.0
+MIN_BACKOFF_S, MAX_BACKOFF_S = 0.5, 10.0
+STABLE_TERM_S = 60.0
+"""A term that ran this long ended by a new fault: retry it from the shortest backoff."""
 
 
 class _Lease(ConsumerRebalanceListener):  # type: ignore[misc]
@@ -76,21 +80,28 @@ async def run_sequencer(
     election.subscribe([settings.queue_topic], listener=lease)
     await election.start()
     term: asyncio.Task[None] | None = None
-    backoff = 0.5
+    term_started = 0.0
+    backoff = MIN_BACKOFF_S
     try:
         while True:
-            await election.getmany(timeout_ms=500)  # heartbeats and rebalances happen here
+            await election.getmany(timeout_ms=500)  # rebalances reach the listener here
             if term is not None and term.done():
                 failure = None if term.cancelled() else term.exception()
-                if isinstance(failure, ProducerFenced | InvalidProducerEpoch):
-                    log.warning("sequencer fenced: another worker holds the lease")
-                    lease.held = False  # until the group hands the partition to us again
-                elif failure is not None:
-                    log.warning("sequencer term ended: %r; retrying", failure)
+                if failure is not None:
+                    # Fenced too: a newer term started elsewhere, but only the group says who
+                    # holds the lease now. Giving it up here (the old way) could leave the
+                    # partition with this worker and nobody sequencing. A zombie not yet told
+                    # by the group may fence the holder once more; each term is exact anyway.
+                    fenced = isinstance(failure, ProducerFenced | InvalidProducerEpoch)
+                    log.warning("sequencer term ended: %s; retrying while the lease is ours",
+                                "fenced" if fenced else repr(failure))  # fmt: skip
+                    if time.monotonic() - term_started > STABLE_TERM_S:
+                        backoff = MIN_BACKOFF_S  # a term that ran a while: a new fault
                     await asyncio.sleep(backoff)
                     backoff = min(backoff * 2, MAX_BACKOFF_S)
                 term = None
             if lease.held and term is None:
+                term_started = time.monotonic()
                 term = asyncio.create_task(_sequence(settings, bootstrap, config, sink, on_emitted))
             elif not lease.held and term is not None:
                 term.cancel()
@@ -103,13 +114,32 @@ async def run_sequencer(
         await election.stop()
 
 
-def emitted_indices(bootstrap: str, train_topic: str) -> frozenset[int]:
-    """Queue indices of the committed samples in forge.train."""
+RowsOut = Callable[[list[list[Any]]], object]
+"""Where rollout rows go: a SinkBuffer's ``add``, handed over to the event loop's thread."""
+
+
+def emitted_indices(
+    bootstrap: str, train_topic: str, rows_out: RowsOut | None = None, chunk: int = 2000
+) -> frozenset[int]:
+    """Queue indices of the committed samples in forge.train; each sample's rollout row (its
+    trained trajectory, its staleness) to ``rows_out`` in chunks, so rows an earlier term had
+    not flushed when it died are recorded again."""
     spec = derived_train_topic(train_topic)
-    return frozenset(
-        d.record.queue_index for d in read_log(bootstrap, spec, LogRange())
-        if isinstance(d, Delivered) and isinstance(d.record, TrainSample)
-    )  # fmt: skip
+    indices: set[int] = set()
+    rows: list[list[Any]] = []
+    for delivered in read_log(bootstrap, spec, LogRange()):
+        sample = delivered.record if isinstance(delivered, Delivered) else None
+        if not isinstance(sample, TrainSample):
+            continue
+        indices.add(sample.queue_index)
+        if rows_out is not None:
+            rows.append(rollout_row(sample.trajectory, sample.staleness))
+            if len(rows) >= chunk:
+                rows_out(rows)
+                rows = []
+    if rows_out is not None and rows:
+        rows_out(rows)
+    return frozenset(indices)
 
 
 async def _sequence(
@@ -125,8 +155,12 @@ async def _sequence(
     until upstream is live — a group completed less than ``live_within_s`` ago arrives — or
     the inputs have been quiet for ``sequencer_flush_s`` (then every fact is applied, as a
     replay would). After that the watermark trails the wall clock by ``lateness_s``: live
-    facts are stamped now and arrive within that lag. Emitted samples update their rollout's
-    row with the staleness they were consumed at.
+    facts are stamped now and arrive within that lag.
+
+    Rollout rows are written here, not by the scorer: each rollout's first scoring applied
+    (the one the FIFO keeps) without a staleness, and again with the staleness it was consumed
+    at once its sample is committed — so analytics hold what was trained, even for a group
+    scored twice. A term starts by recording forge.train's samples again.
     """
     producer = AIOKafkaProducer(
         bootstrap_servers=bootstrap, transactional_id=transactional_id(settings),
@@ -137,7 +171,11 @@ async def _sequence(
     )
     await producer.start()  # init_transactions: an older holder is fenced from here on
     try:
-        emitted = await asyncio.to_thread(emitted_indices, bootstrap, settings.train_topic)
+        loop = asyncio.get_running_loop()
+        rows_out = None if sink is None else partial(loop.call_soon_threadsafe, sink.add)
+        emitted = await asyncio.to_thread(
+            emitted_indices, bootstrap, settings.train_topic, rows_out
+        )
         log.info("sequencer term: forge.train holds %d samples", len(emitted))
         sequencer = EventTimeSequencer(
             config.window, config.item_timeout_s, config.max_staleness, consumed=emitted
@@ -164,6 +202,8 @@ async def _sequence(
             else:
                 continue
             fresh = sequencer.advance(watermark)
+            if sink is not None:
+                sink.add([rollout_row(t, UNSET_STALENESS) for t in sequencer.drain_recorded()])
             if not fresh:
                 continue
             async with producer.transaction():
@@ -174,9 +214,7 @@ async def _sequence(
             if on_emitted is not None:
                 on_emitted(len(fresh))
             if sink is not None:
-                sink.add(
-                    [rollout_row(s.trajectory, sequencer.staleness[s.sample_id]) for s in fresh]
-                )
+                sink.add([rollout_row(s.trajectory, s.staleness) for s in fresh])
     finally:
         await consumer.stop()
         await producer.stop()

@@ -105,5 +105,5 @@ def process_log(
             sequencer.add_policy(update)
     samples = sequencer.advance(float("inf"))
     stats.update(sequencer.stats)
-    staleness = sequencer.staleness
+    staleness = {sample.sample_id: sample.staleness for sample in samples}
     return PipelineResult(samples, trajectories, stats, staleness)

@@ -13,7 +13,13 @@ from schemas import codec
 from schemas.records import DeadLetter, Envelope, PolicyUpdated, QueueEntry
 from schemas.topics import DLQ, EVENTS, POLICY, QUEUE, TopicSpec, derived_train_topic
 from streams.pipeline import PipelineConfig, PipelineResult, process_log
-from streams.sinks import call_rows, insert_calls, insert_rollouts, rollout_row
+from streams.sinks import (
+    UNSET_STALENESS,
+    call_rows,
+    insert_calls,
+    insert_rollouts,
+    rollout_row,
+)
 
 
 @dataclass(frozen=True)
@@ -65,7 +71,11 @@ def run_replay(
         policies.append(d.record)
     result = process_log(envelopes, queue, policies, config)
     if sink is not None:
-        rows = [rollout_row(t, result.staleness.get(t.rollout_id, -1)) for t in result.trajectories]
+        staleness = result.staleness
+        rows = [
+            rollout_row(t, staleness.get(t.rollout_id, UNSET_STALENESS))
+            for t in result.trajectories
+        ]
         result.stats["rollout_rows"] = insert_rollouts(sink, rows)
         result.stats["call_rows"] = insert_calls(sink, call_rows(envelopes))
     out = derived_train_topic(out_topic)

@@ -30,7 +30,11 @@ class EventTimeSequencer:
     consumed: frozenset[int] = frozenset()
     """Queue indices already emitted (before a restart): consumed, never emitted again."""
     stats: Counter[str] = field(default_factory=Counter)
-    staleness: dict[str, int] = field(default_factory=dict)
+    recorded: list[Trajectory] = field(default_factory=list)
+    """Each rollout's first completion applied (not yet drained): the one the FIFO keeps, and
+    so the one analytics record — a group scored twice (at-least-once) is in forge.trajectories
+    twice, only its first scoring counts. Consumed indices are left out: recorded before."""
+    _recorded_ids: set[str] = field(default_factory=set)
     _facts: list[tuple[float, int, int, int, object]] = field(default_factory=list)
     _tiebreak: itertools.count[int] = field(default_factory=itertools.count)
     _applied_until: float = float("-inf")
@@ -54,6 +58,7 @@ class EventTimeSequencer:
     def add_completion(self, trajectory: Trajectory) -> None:
         if trajectory.queue_index < 0:
             self.stats["unqueued"] += 1
+            self._record(trajectory)
             return
         when = trajectory.group_completed_ts or trajectory.ended_ts
         self._add(when, COMPLETED, trajectory.queue_index, trajectory)
@@ -73,11 +78,19 @@ class EventTimeSequencer:
             while self._facts and self._facts[0][0] == at:
                 _, kind, index, _, fact = heapq.heappop(self._facts)
                 self._apply(kind, index, fact, at)
-            for result in self._fifo.poll(at, self._version):
-                if isinstance(result, Emitted):
-                    traj = result.item
-                    out.append(TrainSample(traj.rollout_id, result.index, traj))
-                    self.staleness[traj.rollout_id] = result.staleness
+            emitted = [r for r in self._fifo.poll(at, self._version) if isinstance(r, Emitted)]
+            # Each sample's head: the FIFO's after this poll, but not past a sample emitted
+            # later in the same poll (forge.train has it after this one).
+            head = self._fifo.head
+            heads = []
+            for result in reversed(emitted):
+                heads.append(head)
+                head = min(head, result.index)
+            for result, sample_head in zip(emitted, reversed(heads), strict=True):
+                traj = result.item
+                out.append(
+                    TrainSample(traj.rollout_id, result.index, traj, sample_head, result.staleness)
+                )
             self._applied_until = at
         fifo = self._fifo.stats
         self.stats["emitted"] = fifo.emitted
@@ -94,4 +107,15 @@ class EventTimeSequencer:
             self._fifo.enqueue(index, at)
         else:
             assert isinstance(fact, Trajectory)
+            if index not in self.consumed:
+                self._record(fact)
             self._fifo.complete(index, fact, oldest_policy(fact.calls, self._version))
+
+    def _record(self, trajectory: Trajectory) -> None:
+        if trajectory.rollout_id not in self._recorded_ids:
+            self._recorded_ids.add(trajectory.rollout_id)
+            self.recorded.append(trajectory)
+
+    def drain_recorded(self) -> list[Trajectory]:
+        out, self.recorded = self.recorded, []
+        return out

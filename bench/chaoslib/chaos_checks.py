@@ -20,7 +20,6 @@ import statistics
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
 
 from schemas.records import PolicyUpdated, TrainSample, TrainStep
 
@@ -68,47 +67,13 @@ class TrainComparison:
     changed: list[str]
     """In both, with different content (rewards, queue index, calls)."""
     reordered: int
-    timed_out_unseen: list[str] = field(default_factory=list)
-    """Missing ones the replay emitted at a group timeout whose deadline lies past the newest
-    event of some partition of forge.events: a worker reading only that partition never reaches
-    it (README, Known limits: "with several workers each times groups out by the event time of
-    its own partitions")."""
-
-    @property
-    def unexplained_missing(self) -> list[str]:
-        return [sid for sid in self.missing if sid not in self.timed_out_unseen]
 
     @property
     def same_samples(self) -> bool:
-        return not (self.unexplained_missing or self.extra or self.duplicated or self.changed)
+        return not (self.missing or self.extra or self.duplicated or self.changed)
 
 
-def timed_out_unseen(
-    missing: Iterable[TrainSample], replay: Sequence[TrainSample], newest: Iterable[datetime]
-) -> list[str]:
-    """Among ``missing`` replay samples, those of a group scored at its timeout (completed at
-    its deadline, after every member it kept had ended) whose deadline is later than the oldest
-    of ``newest``, the newest event time of each partition of forge.events."""
-    oldest_newest = min(newest, default=None)
-    ended: dict[str, datetime] = {}
-    for sample in replay:
-        t = sample.trajectory
-        ended[t.group_id] = max(ended.get(t.group_id, t.ended_ts), t.ended_ts)
-    out = []
-    for sample in missing:
-        t = sample.trajectory
-        completed = t.group_completed_ts
-        if completed is None or oldest_newest is None:
-            continue
-        if completed > ended[t.group_id] and completed > oldest_newest:
-            out.append(sample.sample_id)
-    return out
-
-
-def compare_train(
-    live: Sequence[TrainSample], replay: Sequence[TrainSample], newest: Iterable[datetime] = ()
-) -> TrainComparison:
-    """``newest``: the newest event time of each partition of forge.events."""
+def compare_train(live: Sequence[TrainSample], replay: Sequence[TrainSample]) -> TrainComparison:
     live_ids = [s.sample_id for s in live]
     replay_ids = [s.sample_id for s in replay]
     counts = Counter(live_ids)
@@ -124,9 +89,6 @@ def compare_train(
         duplicated=sorted(sid for sid, n in counts.items() if n > 1),
         changed=[sid for sid, s in first_live.items() if sid in by_id and s != by_id[sid]],
         reordered=reordered(list(first_live), replay_ids),
-        timed_out_unseen=timed_out_unseen(
-            [s for s in replay if s.sample_id not in counts], replay, newest
-        ),
     )
 
 

@@ -9,10 +9,10 @@ import time
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import datetime
 from pathlib import Path
 
 import kafka.errors
+from chaos_analytics import AnalyticsComparison
 from chaos_checks import (
     Check,
     Recovery,
@@ -174,20 +174,13 @@ class LogState:
     train: list[TrainSample]
     steps: list[TrainStep]
     dead_train_offsets: set[int]
-    newest_by_partition: dict[int, datetime]
-    """The newest event time in each partition of forge.events."""
 
     @classmethod
     def read(cls, bootstrap: str) -> LogState:
         policies = [d.record for d in records(bootstrap, POLICY)]
         dead = [d.record for d in records(bootstrap, DLQ)]
-        events = records(bootstrap, EVENTS)
-        newest: dict[int, datetime] = {}
-        for d in events:
-            assert isinstance(d.record, Envelope)
-            newest[d.partition] = max(newest.get(d.partition, d.record.ts), d.record.ts)
         return cls(
-            events=[d.record for d in events],  # type: ignore[misc]
+            events=[d.record for d in records(bootstrap, EVENTS)],  # type: ignore[misc]
             queue=[(d.offset, d.record) for d in records(bootstrap, QUEUE)],  # type: ignore[misc]
             policies=policies,  # type: ignore[arg-type]
             train=[d.record for d in records(bootstrap, TRAIN)],  # type: ignore[misc]
@@ -195,7 +188,6 @@ class LogState:
             dead_train_offsets={
                 d.offset for d in dead if isinstance(d, DeadLetter) and d.source_topic == TRAIN.name
             },
-            newest_by_partition=newest,
         )
 
     def open_rollouts(self) -> set[str]:
@@ -287,17 +279,17 @@ class Verdict:
     """Started in the log and never ended, after the drain."""
     broker_port_waits: list[float]
     faults_by_kind: Counter[str] = field(default_factory=Counter)
+    analytics: AnalyticsComparison | None = None
+    """The workers' analytics tables against a rebuild (``chaos_analytics``), once compared."""
+    analytics_problem: str = "the run ended before"
+    """Why they were not compared, when they were not."""
 
     @property
     def failures(self) -> list[str]:
         c, a = self.comparison, self.account
         return [
             *(f"lost: {r}" for r in self.lost[:20]),
-            *(f"missing from forge.train: {s}" for s in c.unexplained_missing[:20]),
-            *(
-                f"missing, group timed out past a partition's newest event: {s}"
-                for s in c.timed_out_unseen[:20]
-            ),
+            *(f"missing from forge.train: {s}" for s in c.missing[:20]),
             *(f"not in the replay: {s}" for s in c.extra[:20]),
             *(f"changed: {s}" for s in c.changed[:20]),
             *(f"trained twice: {s}" for s in a.trained_twice[:20]),
@@ -309,6 +301,7 @@ class Verdict:
             *self.unexpected_unanswered[:20],
             *self.deaths,
             *(f"never ended: {r}" for r in self.open_rollouts[:20]),
+            *(self.analytics.failures() if self.analytics is not None else []),
         ]
 
     def rows(self) -> list[tuple[str, str]]:
@@ -354,14 +347,8 @@ class Verdict:
             Check(
                 "forge.train = replay",
                 c.same_samples and (not c.reordered or self.late > 0),
-                f"{c.live} vs {c.replay} samples: missing {len(c.unexplained_missing)}"
-                + (
-                    f" (+{len(c.timed_out_unseen)} timed out past a partition's newest event: "
-                    "the documented per-worker event time)"
-                    if c.timed_out_unseen
-                    else ""
-                )
-                + f", extra {len(c.extra)}, changed {len(c.changed)}; {order}",
+                f"{c.live} vs {c.replay} samples: missing {len(c.missing)}"
+                f", extra {len(c.extra)}, changed {len(c.changed)}; {order}",
             ),
             Check(
                 "trained twice",
@@ -404,6 +391,11 @@ class Verdict:
                 not self.recovery.unrecovered,
                 f"{self.recovery.unrecovered} without progress",
             ),
+            self.analytics.check(self.late)
+            if self.analytics is not None
+            else Check(
+                "analytics = replay rebuild", False, f"not compared: {self.analytics_problem}"
+            ),
         ]
 
 
@@ -436,7 +428,7 @@ def judge(
     return Verdict(
         acknowledged=len(agents.acknowledged),
         lost=lost_rollouts(agents.acknowledged, state.finished()),
-        comparison=compare_train(state.train, replay.samples, state.newest_by_partition.values()),
+        comparison=compare_train(state.train, replay.samples),
         account=account_training(
             state.steps, [s.sample_id for s in state.train], state.dead_train_offsets
         ),

@@ -244,7 +244,7 @@ def test_metrics_endpoint(gw):
     for name in (
         "forge_gateway_requests_total", "forge_gateway_request_seconds",
         "forge_gateway_tokens_total", "forge_gateway_retokenization_drift_total",
-        "forge_gateway_produce_seconds",
+        "forge_gateway_produce_seconds", "forge_gateway_calls_in_flight",
     ):  # fmt: skip
         assert name in text
 

@@ -103,6 +103,13 @@ def events_of(kafka, topics, rollout_id) -> list:
     ]  # fmt: skip
 
 
+def wait_for_metric(url: str, line: str, timeout_s: float = 60) -> None:
+    deadline = time.monotonic() + timeout_s
+    while line not in httpx.get(f"{url}/metrics").text:
+        assert time.monotonic() < deadline, f"{line!r} never appeared in {url}/metrics"
+        time.sleep(0.05)
+
+
 def turn(client, history, **kwargs):
     reply = client.chat.completions.create(model="m", messages=history, max_tokens=4, **kwargs)
     return [*history, {"role": "assistant", "content": reply.choices[0].message.content or ""},
@@ -112,27 +119,29 @@ def turn(client, history, **kwargs):
 def test_a_gateway_killed_mid_call_and_restarted_serves_the_same_rollout(
     kafka, model_dir, topics, tmp_path
 ):
-    port = free_port()
-    gw = Gateway(kafka, model_dir, topics, tmp_path, port).start()
+    # A batch is served when it is full (2 rows) or after 10 minutes: a one-row call stays in
+    # the engine until the kill, however fast the machine; two-row calls are served at once.
+    held = {"max_batch_size": "2", "batch_wait_ms": "600000"}
+    gw = Gateway(kafka, model_dir, topics, tmp_path, free_port(), **held).start()
     try:
         rollout = gw.new_rollout()
-        history = turn(agent(rollout), CHAT, seed=1)
+        history = turn(agent(rollout), CHAT, seed=1, n=2)
         outcome: list[BaseException] = []
 
-        def long_call() -> None:  # cut off by the kill
+        def held_call() -> None:  # cut off by the kill
             try:
-                agent(rollout).chat.completions.create(model="m", messages=history, max_tokens=200)
+                agent(rollout).chat.completions.create(model="m", messages=history, max_tokens=4)
             except openai.APIConnectionError as exc:
                 outcome.append(exc)
 
-        in_flight = threading.Thread(target=long_call)
+        in_flight = threading.Thread(target=held_call)
         in_flight.start()
-        time.sleep(0.3)
+        wait_for_metric(gw.url, "forge_gateway_calls_in_flight 1.0")
         gw.kill()
         in_flight.join()
-        assert outcome, "the call finished before the kill"
+        assert outcome, "the call was answered although the gateway was killed"
         gw.start()  # same port: the agent keeps its base URL and key
-        history = turn(agent(rollout), history, seed=2)
+        history = turn(agent(rollout), history, seed=2, n=2)
         with httpx.Client(base_url=gw.url) as http:
             key = {"Authorization": f"Bearer {rollout['api_key']}"}
             assert http.post(f"/rollouts/{rollout['rollout_id']}/finish", json={},

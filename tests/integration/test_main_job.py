@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -76,9 +77,27 @@ def descendants(proc: subprocess.Popen[str]) -> list[psutil.Process]:
     return psutil.Process(proc.pid).children(recursive=True)
 
 
+def kill_run(runner: subprocess.Popen[str]) -> None:
+    """A failed test's run: its services run in sessions of their own, so they are killed
+    with it, not left running for the tests after it."""
+    for process in [*descendants(runner), psutil.Process(runner.pid)]:
+        with contextlib.suppress(psutil.Error):
+            process.kill()
+    runner.wait(30)
+
+
+def command_line(process: psutil.Process) -> list[str]:
+    """Its command line; none for a process that has just ended (an agent's episode, say: a
+    zombie until reaped), which is no service."""
+    try:
+        return process.cmdline()
+    except psutil.Error:
+        return []
+
+
 def assert_all_gone(processes: list[psutil.Process]) -> None:
     _, alive = psutil.wait_procs(processes, timeout=30)
-    assert not alive, [p.cmdline() for p in alive]
+    assert not alive, [command_line(p) for p in alive]
 
 
 def test_every_stage_moves_data_and_a_new_policy_serves_later_calls(tmp_path):
@@ -112,13 +131,13 @@ def test_a_black_box_agent_command_plays_and_ctrl_c_stops_everything(tmp_path):
         wait_for_agents(tmp_path, runner)
         children = descendants(runner)
         assert {"gateway", "streams", "trainer"} <= {
-            arg for p in children for arg in p.cmdline()[-3:]
+            arg for p in children for arg in command_line(p)[-3:]
         }
         runner.send_signal(signal.SIGINT)
         _, err = runner.communicate(timeout=90)
     finally:
         if runner.poll() is None:
-            runner.kill()
+            kill_run(runner)
     assert runner.returncode == 130, err[-3000:]
     assert "every process this run started has been stopped" in err
     assert_all_gone(children)
@@ -130,12 +149,12 @@ def test_a_crashed_service_is_reported_and_the_rest_stopped(tmp_path):
     try:
         wait_for_agents(tmp_path, runner)
         children = descendants(runner)
-        (trainer,) = [p for p in children if p.cmdline()[-1:] == ["trainer"]]
+        (trainer,) = [p for p in children if command_line(p)[-1:] == ["trainer"]]
         trainer.kill()
         _, err = runner.communicate(timeout=90)
     finally:
         if runner.poll() is None:
-            runner.kill()
+            kill_run(runner)
     assert runner.returncode == 1
     assert "trainer exited with code -9" in err
     assert_all_gone(children)

@@ -15,6 +15,7 @@ def test_first_and_last_fifth_skip_aborted_rollouts():
     assert (summary.rollouts, summary.aborted) == (11, 1)
     assert summary.first.rollouts == summary.last.rollouts == 2
     assert summary.first.mean == 0.0 and summary.last.mean == 2.0
+    assert summary.overall.rollouts == 10 and summary.overall.mean == pytest.approx(1.0)
     assert summary.gain == 2.0
     assert summary.as_dict()["gain"] == 2.0
 

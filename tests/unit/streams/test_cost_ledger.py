@@ -229,6 +229,58 @@ def test_an_older_store_gains_the_cost_columns(analytics):
         assert {name for name, _ in added} <= set(ROLLOUT_COLUMNS + CALL_COLUMNS)
 
 
+def test_a_rollouts_row_with_a_staleness_wins_over_a_later_rescoring(analytics):
+    """The scorer is at-least-once: a group re-read after a restart writes its rows again with
+    staleness -1, after the sequencer wrote the staleness. Found by the chaos run."""
+    with own_database(analytics):
+        ensure_tables(analytics)
+        scored, sequenced = rollout("r1", "g1", "finished", 0, 10, -1, 0.5), ROLLOUTS[0]
+        for row in (scored, sequenced, scored):
+            insert_rollouts(analytics, [row])
+        got = query_rows(analytics, "SELECT rollout_id, staleness FROM rollouts FINAL")[1]
+        assert got == [("r1", 0)]
+
+
+def test_an_older_rollouts_table_is_copied_into_one_keeping_the_staleness(analytics):
+    old_row = "('r0', 'g0', 'task', 0, 'finished', '2026-11-01 11:00:00', '2026-11-01 11:00:09', "
+    with own_database(analytics):
+        analytics.command(OLDER_ROLLOUTS)
+        analytics.command(f"INSERT INTO rollouts VALUES {old_row} 9, 1, 1, 1, 10, 5, 0, 4)")
+        ensure_tables(analytics)
+        ensure_tables(analytics)
+        engine = analytics.command(
+            "SELECT engine FROM system.tables "
+            "WHERE database = currentDatabase() AND name = 'rollouts'"
+        )
+        analytics.command(
+            "INSERT INTO rollouts (rollout_id, group_id, task_id, queue_index, "
+            "status, started_at, ended_at, duration_s, outcome_reward, "
+            "total_reward, num_calls, prompt_tokens, completion_tokens, "
+            f"policy_version, staleness) VALUES {old_row} 9, 1, 1, 1, 10, 5, 0, -1)"
+        )
+        got = query_rows(analytics, "SELECT rollout_id, staleness, scoring_s FROM rollouts FINAL")
+        tables = query_rows(
+            analytics,
+            "SELECT name FROM system.tables WHERE database = currentDatabase() ORDER BY name",
+        )[1]
+    assert engine == "ReplacingMergeTree" and got[1] == [("r0", 4, 0.0)]
+    assert ("rollouts_migrating",) not in tables and ("rollouts_replaced",) not in tables
+
+
+OLDER_ROLLOUTS = """
+    CREATE TABLE rollouts (
+        rollout_id String, group_id String, task_id String, queue_index Int64,
+        status LowCardinality(String), started_at DateTime64(6, 'UTC'),
+        ended_at DateTime64(6, 'UTC'), duration_s Float64, outcome_reward Nullable(Float64),
+        total_reward Float64, num_calls UInt32, prompt_tokens UInt64, completion_tokens UInt64,
+        policy_version Int64, staleness Int64
+    ) ENGINE = ReplacingMergeTree
+    PARTITION BY toYYYYMM(ended_at)
+    ORDER BY (ended_at, policy_version, rollout_id)
+"""
+"""The rollouts table of releases before its version column: the last row written won."""
+
+
 def test_an_empty_store_costs_nothing_and_divides_by_nothing(analytics):
     with own_database(analytics):
         ensure_tables(analytics)

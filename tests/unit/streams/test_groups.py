@@ -110,3 +110,15 @@ def test_a_trajectory_too_large_for_a_message_is_dead_lettered_with_its_bundle()
     assert dead == raw and "rollout wide's trajectory is" in reason and "not sent" in reason
     replay = process_log(events, [(0, QueueEntry("wide", "g", 1, T0))], [], PipelineConfig())
     assert replay.samples == [] and replay.stats["rollouts_rejected"] == 1
+
+
+def test_a_group_listing_a_member_without_its_bundle_is_left_for_the_next_timeout_check():
+    """A worker resumed after a pause past its session: its timer ran while the tables were
+    being recovered, the member list ahead of the bundles (a chaos run crashed here)."""
+    groups, (members, stored, _) = scorer()
+    assert groups.offer(b"g", bundle(rollout("x", "g", 3, 0, 0.0, 3.0))) is None
+    assert groups.offer(b"h", bundle(rollout("z", "h", 3, 1, 0.0, 3.0))) is None
+    groups.tables._decoded.clear()  # a fresh worker's view: the tables only
+    members[b"g"] = b"x\ny"  # y listed, its bundle not there (yet)
+    assert groups.due(T0 + TIMEOUT) == [b"h"]
+    assert len(stored) == 2

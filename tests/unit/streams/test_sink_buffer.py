@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import faust
 from clickhouse_connect.driver.exceptions import OperationalError
 
+from streams.app import FlushSinkBeforeCommit
 from streams.sinks import SinkBuffer
 from tests.builders import T0
 from tests.unit.streams.test_train_step_sink import record
@@ -65,3 +67,16 @@ def test_the_backoff_doubles_up_to_its_bound_and_shutdown_forces_a_last_try():
     assert buffer.flush(force=True) is False and buffer.failures == 5
     assert buffer.flush(force=True) is True
     assert client.rows["rollouts"] == [rollout_row("r1", 0.7)]
+
+
+def test_a_commit_beginning_inserts_what_is_buffered():
+    """Faust's consumer calls its sensors' on_commit_initiated before it takes the acknowledged
+    offsets: rows of a committed event are in the store before its offset is."""
+    client = FlakyClient({})
+    buffer = SinkBuffer(client)  # type: ignore[arg-type]
+    app = faust.App("sink-commit-test", broker="kafka://127.0.0.1:1")
+    app.sensors.add(FlushSinkBeforeCommit(buffer))
+    buffer.add(rollouts=[rollout_row("r1", 1.0)])
+    assert client.rows == {}
+    app.sensors.on_commit_initiated(app.consumer)
+    assert [row[0] for row in client.rows["rollouts"]] == ["r1"] and buffer.pending() == 0

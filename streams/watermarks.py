@@ -1,0 +1,157 @@
+"""The event time group timeouts are judged at, one horizon across every forge.events partition
+and every worker of the group (pure).
+
+A group may time out only once no member that ended before its deadline can still be on its
+way, wherever its events are: on a partition this worker reads, one another worker reads, or
+one whose worker is stopped or dead. So the horizon is a watermark, as in Flink: every
+``group_check_s`` each worker sends, for every forge.events partition it owns, a ``Watermark``
+to every partition of the scorer's topic, in band after the bundles of the events it covers
+(same producer, same partition: the log keeps that order), and waits until they are written.
+A scorer partition that has read a watermark has read every bundle sent before it.
+
+A partition still being worked through bounds the horizon at its newest event minus the
+lateness. A caught-up one certifies everything appended before its check; the scorer knows
+event time reached at least the newest it had read from any partition before that
+partition's previous watermark (written before the check), so it bounds the horizon there
+minus the lateness — an owner that falls silent (stopped, killed) holds the horizon where its
+last word left it. When every partition is caught up and quiet the lateness is dropped: the
+horizon is the newest event itself, a replay's end of the log, so live and replay time out
+the same groups.
+
+Only this process's monotonic clock is used (for "quiet"), never compared with event time: a
+producer clock far off ours changes nothing.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+
+WATERMARK_HEADER = "forge-watermark"
+
+
+@dataclass(frozen=True)
+class Watermark:
+    """Partition ``partition`` of forge.events, as its owner has processed it."""
+
+    partition: int
+    newest: datetime | None
+    """The newest event time processed (None: none since the owner got the partition)."""
+    caught_up: bool
+    """Everything in the partition when this was sent has been processed."""
+    quiet: bool
+    """Caught up, and no event for the idle period."""
+
+    def encode(self) -> bytes:
+        newest = "" if self.newest is None else self.newest.isoformat()
+        return f"{self.partition}|{newest}|{int(self.caught_up)}|{int(self.quiet)}".encode()
+
+    @classmethod
+    def decode(cls, raw: bytes) -> Watermark:
+        partition, newest, caught_up, quiet = raw.decode().split("|")
+        return cls(
+            int(partition),
+            datetime.fromisoformat(newest) if newest else None,
+            caught_up == "1",
+            quiet == "1",
+        )
+
+
+@dataclass
+class _Progress:
+    next_offset: int | None = None
+    newest: datetime | None = None
+    last_event_at: float | None = None
+    level_since: float | None = None
+
+
+class EventsProgress:
+    """The sender's side: how far this worker has processed each forge.events partition."""
+
+    def __init__(self, idle_s: float) -> None:
+        self.idle_s = idle_s
+        self._partitions: dict[int, _Progress] = {}
+
+    def processed(self, partition: int, offset: int, ts: datetime | None, now: float) -> None:
+        """The record at ``offset`` is handled (its bundle, if any, sent); ``ts`` None for a
+        record that went to the dead letters."""
+        progress = self._partitions.setdefault(partition, _Progress())
+        progress.next_offset = offset + 1
+        progress.last_event_at = now
+        if ts is not None and (progress.newest is None or ts > progress.newest):
+            progress.newest = ts
+
+    def keep_only(self, partitions: set[int]) -> None:
+        """Forget partitions this worker no longer owns: a new owner starts afresh."""
+        for partition in set(self._partitions) - partitions:
+            del self._partitions[partition]
+
+    def mark(
+        self, partition: int, log_end: int | None, position: int | None, now: float
+    ) -> Watermark:
+        """``log_end``: the partition's high watermark; ``position``: the consumer's fetch
+        position. Fetched is not processed, so a partition with nothing processed (or ending
+        in records that carry no event) counts as caught up once level for the idle period."""
+        progress = self._partitions.setdefault(partition, _Progress())
+        level = log_end is not None and position is not None and position >= log_end
+        if not level:
+            progress.level_since = None
+        elif progress.level_since is None:
+            progress.level_since = now
+        caught_up = level and (
+            (progress.next_offset is not None and log_end is not None
+             and progress.next_offset >= log_end)
+            or (progress.level_since is not None and now - progress.level_since >= self.idle_s)
+        )  # fmt: skip
+        quiet = caught_up and (
+            progress.last_event_at is None or now - progress.last_event_at >= self.idle_s
+        )
+        return Watermark(partition, progress.newest, caught_up, quiet)
+
+
+@dataclass
+class SharedHorizon:
+    """The receiver's side: one scorer partition's view of every forge.events partition, from
+    the watermarks it has read, in log order."""
+
+    lateness: timedelta
+    _marks: dict[int, Watermark] = field(default_factory=dict)
+    _newest: datetime | None = None
+    """The newest event time any watermark read so far carried."""
+    _at_mark: dict[int, datetime | None] = field(default_factory=dict)
+    """``_newest`` when each partition's latest watermark was read."""
+    _certified: dict[int, datetime | None] = field(default_factory=dict)
+    """``_newest`` when each partition's previous watermark was read: its caught-up claim
+    covers event time up to there."""
+
+    def saw(self, mark: Watermark) -> None:
+        if mark.newest is not None and (self._newest is None or mark.newest > self._newest):
+            self._newest = mark.newest
+        self._certified[mark.partition] = self._at_mark.get(mark.partition)
+        self._at_mark[mark.partition] = self._newest
+        self._marks[mark.partition] = mark
+
+    def horizon(self, partitions: int) -> datetime | None:
+        """The event time groups may be settled at, forge.events having ``partitions``; None
+        while any of them is unknown."""
+        reached: list[datetime] = []
+        for partition in range(partitions):
+            mark = self._marks.get(partition)
+            if mark is None:
+                return None
+            covered = mark.newest if not mark.caught_up else self._certified[partition]
+            if covered is None:
+                return None
+            reached.append(covered)
+        if not reached:
+            return None
+        if all(self._marks[p].quiet for p in range(partitions)):
+            return min(reached)
+        return min(reached) - self.lateness
+
+
+def combined(horizons: list[datetime | None]) -> datetime | None:
+    """The horizon a worker owning several scorer partitions may tick its groups at."""
+    if not horizons or any(h is None for h in horizons):
+        return None
+    return min(h for h in horizons if h is not None)

@@ -1,0 +1,124 @@
+"""One event-time horizon across partitions and workers: a partition behind holds it back, a
+caught-up one does not, a silent owner's claim lapses, a quiet log reaches its newest event."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+
+from streams.watermarks import EventsProgress, SharedHorizon, Watermark, combined
+from tests.builders import T0
+
+LATENESS = timedelta(seconds=5)
+IDLE = 3.0
+
+
+def at(seconds: float):
+    return T0 + timedelta(seconds=seconds)
+
+
+def test_watermark_survives_its_header_and_garbage_is_a_value_error() -> None:
+    for mark in (Watermark(3, at(1.5), True, False), Watermark(0, None, False, False)):
+        assert Watermark.decode(mark.encode()) == mark
+    with pytest.raises(ValueError):
+        Watermark.decode(b"\xff|garbage")
+
+
+def test_a_partition_is_caught_up_once_everything_fetched_is_processed() -> None:
+    progress = EventsProgress(IDLE)
+    progress.processed(0, offset=9, ts=at(10), now=100.0)
+    assert progress.mark(0, log_end=12, position=12, now=100.5) == Watermark(
+        0, at(10), caught_up=False, quiet=False
+    )  # fetched up to 12, processed up to 10: two records still in the stream
+    progress.processed(0, offset=11, ts=at(11), now=101.0)
+    assert progress.mark(0, log_end=12, position=12, now=101.5).caught_up
+    assert not progress.mark(0, log_end=12, position=12, now=101.5).quiet
+    assert progress.mark(0, log_end=12, position=12, now=104.5).quiet
+    # New records in the log, not yet fetched: behind again.
+    assert not progress.mark(0, log_end=20, position=12, now=105.0).caught_up
+
+
+def test_a_partition_with_nothing_processed_is_caught_up_only_after_staying_level() -> None:
+    progress = EventsProgress(IDLE)
+    assert not progress.mark(1, log_end=None, position=0, now=100.0).caught_up
+    assert not progress.mark(1, log_end=5, position=5, now=100.0).caught_up
+    assert not progress.mark(1, log_end=5, position=5, now=102.0).caught_up
+    mark = progress.mark(1, log_end=5, position=5, now=103.0)
+    assert mark == Watermark(1, None, caught_up=True, quiet=True)
+
+
+def test_a_revoked_partition_starts_afresh() -> None:
+    progress = EventsProgress(IDLE)
+    progress.processed(2, offset=4, ts=at(4), now=100.0)
+    progress.keep_only({0, 1})
+    assert progress.mark(2, log_end=5, position=5, now=100.1).newest is None
+
+
+def rounds(*marks_per_round: list[Watermark]) -> SharedHorizon:
+    shared = SharedHorizon(LATENESS)
+    for marks in marks_per_round:
+        for mark in marks:
+            shared.saw(mark)
+    return shared
+
+
+def behind(partition: int, newest: float | None) -> Watermark:
+    return Watermark(partition, None if newest is None else at(newest), False, False)
+
+
+def caught_up(partition: int, newest: float, quiet: bool = False) -> Watermark:
+    return Watermark(partition, at(newest), True, quiet)
+
+
+def test_unknown_partitions_hold_everything() -> None:
+    assert rounds([behind(0, 60), behind(1, 60)]).horizon(3) is None
+    assert rounds([behind(0, 60), behind(1, 60), behind(2, None)]).horizon(3) is None
+    # A caught-up partition certifies nothing before its second watermark.
+    assert rounds([behind(0, 60), behind(1, 60), caught_up(2, 10)]).horizon(3) is None
+
+
+def test_the_partition_furthest_behind_bounds_the_horizon() -> None:
+    marks = [behind(0, 100), behind(1, 40), caught_up(2, 90)]
+    assert rounds(marks, marks).horizon(3) == at(40) - LATENESS
+
+
+def test_a_quiet_partition_holds_nothing_back_and_a_quiet_log_reaches_its_newest_event() -> None:
+    # Partition 2 went quiet long ago (event time 10); it must not hold the others back.
+    live = [caught_up(0, 100), caught_up(1, 95), caught_up(2, 10, quiet=True)]
+    assert rounds(live, live).horizon(3) == at(100) - LATENESS
+    quiet = [caught_up(0, 100, True), caught_up(1, 95, True), caught_up(2, 10, True)]
+    assert rounds(quiet, quiet).horizon(3) == at(100)
+
+
+def test_a_silent_owner_holds_the_horizon_where_its_last_word_left_it() -> None:
+    """Partition 1's worker is killed (or SIGSTOPped) after saying it is caught up; right
+    after, a burst of events spanning 900 s lands on every partition and the other worker
+    works through its share. Partition 1's part of the burst is unread: nothing past where
+    its last word left it may time out."""
+    before = [caught_up(0, 100), caught_up(1, 100), caught_up(2, 100)]
+    shared = rounds(before, before)
+    assert shared.horizon(3) == at(100) - LATENESS
+    for newest in (400, 1000, 1000, 1000):
+        shared.saw(behind(0, newest) if newest < 1000 else caught_up(0, newest))
+        shared.saw(behind(2, newest) if newest < 1000 else caught_up(2, newest))
+    assert shared.horizon(3) == at(100) - LATENESS
+    shared.saw(behind(1, 300))  # its new owner is working through the burst
+    assert shared.horizon(3) == at(300) - LATENESS
+    shared.saw(caught_up(1, 1000))
+    shared.saw(caught_up(1, 1000))
+    assert shared.horizon(3) == at(1000) - LATENESS
+
+
+def test_only_event_time_counts_not_how_far_it_is_from_any_clock() -> None:
+    """Watermarks from a gateway whose clock is an hour behind or ahead give the same horizon
+    relative to their events."""
+    for skew in (-3600, 0, 3600):
+        marks = [behind(0, 100 + skew), behind(1, 80 + skew), caught_up(2, 90 + skew)]
+        assert rounds(marks, marks).horizon(3) == at(80 + skew) - LATENESS
+
+
+def test_a_worker_ticks_at_the_lowest_horizon_of_the_partitions_it_scores() -> None:
+    assert combined([at(5), at(3)]) == at(3)
+    assert combined([at(5), None]) is None
+    assert combined([]) is None
