@@ -37,6 +37,7 @@ from schemas import codec
 from schemas.records import DeadLetter, Envelope, Record, TrainStep
 from schemas.topics import DLQ, EVENTS, MAX_MESSAGE_BYTES, TopicSpec
 from streams import bundles
+from streams.acked_producer import use_acked_flush
 from streams.config import StreamsSettings, load_pipeline_config
 from streams.groups import GroupScorer
 from streams.live_sequencer import run_sequencer
@@ -95,6 +96,7 @@ def create_streams_app(
         broker_session_timeout=10.0,
         broker_heartbeat_interval=3.0,
     )
+    use_acked_flush(app)  # a commit never runs ahead of the changelog writes it covers
     events = app.topic(settings.events_topic, key_type=bytes, value_type=bytes)
     # Faust's assignor ignores a topic missing from metadata at the first rebalance; on a loaded
     # machine that once lost the bundles sent meanwhile. Created up front, nothing is missing.
@@ -179,8 +181,8 @@ def create_streams_app(
             done = rollouts.add(envelope, event.value)
             if done is not None:
                 reason = bundles.oversize(done.rollout_id, len(done.bundle))
-                if reason is None:
-                    await ended.send(key=done.group, value=done.bundle)
+                if reason is None:  # acknowledged before the tables forget the rollout
+                    await (await ended.send(key=done.group, value=done.bundle))
                 else:
                     await dead_letter(event.message, reason)
                 rollouts.close(done.rollout_id)
@@ -210,8 +212,11 @@ def create_streams_app(
                 continue
             for bundle, reason in settled.dead:
                 await dead_letter(event.message, reason, value=bundle)
-            for trajectory in settled.trajectories:
+            sent = [
                 await trajectories.send(key=event.key, value=codec.encode(trajectory))
+                for trajectory in settled.trajectories
+            ]
+            await asyncio.gather(*sent)  # acknowledged before the tables forget the group
             if buffer is not None:  # rollout rows come from the sequencer: the first scoring
                 buffer.add(calls=call_rows(e for m in settled.present for e in m.events.events))
             groups.close(event.key, settled)
