@@ -181,8 +181,8 @@ def create_streams_app(
             done = rollouts.add(envelope, event.value)
             if done is not None:
                 reason = bundles.oversize(done.rollout_id, len(done.bundle))
-                if reason is None:  # acknowledged before the tables forget the rollout
-                    await (await ended.send(key=done.group, value=done.bundle))
+                if reason is None:
+                    await ended.send(key=done.group, value=done.bundle)
                 else:
                     await dead_letter(event.message, reason)
                 rollouts.close(done.rollout_id)
@@ -212,11 +212,8 @@ def create_streams_app(
                 continue
             for bundle, reason in settled.dead:
                 await dead_letter(event.message, reason, value=bundle)
-            sent = [
+            for trajectory in settled.trajectories:
                 await trajectories.send(key=event.key, value=codec.encode(trajectory))
-                for trajectory in settled.trajectories
-            ]
-            await asyncio.gather(*sent)  # acknowledged before the tables forget the group
             if buffer is not None:  # rollout rows come from the sequencer: the first scoring
                 buffer.add(calls=call_rows(e for m in settled.present for e in m.events.events))
             groups.close(event.key, settled)

@@ -8,6 +8,7 @@ is turned away. ``settle_group`` is that rule for the replay and the live worker
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -16,7 +17,9 @@ from schemas.records import Trajectory
 from streams.assembler import AssembledRollout
 from streams.rewards import RewardConfig
 from streams.scoring import score_trajectories
-from streams.tables import GroupTables, Member
+from streams.tables import GroupTables, Member, MissingBundleError
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -108,14 +111,20 @@ class GroupScorer:
         self.tables.forget(group, settlement.stored, settlement.timed_out)
 
     def due(self, horizon: datetime) -> list[bytes]:
-        """Open groups whose deadline ``horizon`` has passed (a tick only asks the agent,
-        which reads the tables again)."""
+        """Open groups whose deadline ``horizon`` has passed; a group whose tables are not
+        readable now is left for the next check (the tick would only ask the agent anyway)."""
         due = []
         for group in self.tables.open_groups():
-            members = self.tables.members_of(group).values()
-            if members and deadline((m.assembled for m in members), self.timeout) <= horizon:
-                due.append(group)
+            try:
+                if self._deadline(group) <= horizon:
+                    due.append(group)
+            except MissingBundleError as error:
+                log.warning("timeout check skipped: %s", error)
         return due
+
+    def _deadline(self, group: bytes) -> datetime:
+        members = self.tables.members_of(group).values()
+        return deadline((m.assembled for m in members), self.timeout)
 
 
 _NEVER = datetime.min.replace(tzinfo=UTC)

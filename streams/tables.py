@@ -2,11 +2,8 @@
 
 In the worker each mapping is a Faust table with a changelog; in tests a dict. Keys and values
 are bytes (a str key would not survive changelog recovery). Every write order below leaves
-the tables consistent between any two writes. Writes to two changelogs reach the broker in
-no promised order, so a kill can keep a later write and lose an earlier one; but the worker
-commits an event's offset only once every write it made is acknowledged
-(``streams.acked_producer``), so the event whose write was lost is read again, and both
-classes below take that re-read as the repair:
+the tables consistent between any two writes, so a kill -9 anywhere is recovered from the
+changelogs:
 
 - **Assembler** (keyed by rollout): ``rollout-events`` holds each admitted event once, under
   ``<rollout>\\0<event id>``; ``rollout-index`` its rollout's ``RolloutIndex``. The event is
@@ -89,36 +86,24 @@ class OpenRollouts:
         then ``close`` the rollout. Nothing for a duplicate or anything after the end."""
         rid = envelope.rollout_id
         index = self._index(rid)
-        key = _event_key(rid, envelope.event_id)
-        if envelope.event_id in index.event_ids:
-            if not self.events.get(key):  # listed, its own write lost: read again, kept now
-                self.events[key] = raw
-            return None
         if not index.admits(envelope):
             return None
         grown = index.with_event(envelope)
         if grown.complete:
             assert grown.group_id is not None
-            stored = [self.events.get(_event_key(rid, e), b"") for e in index.event_ids]
-            if not all(stored):
-                # Every listed event is stored before the end is read (a lost write is read
-                # again first), so the rollout was closed, its bundle acknowledged before.
-                self.close(rid)
-                return None
+            stored = (self.events[_event_key(rid, e)] for e in index.event_ids)
             return EndedRollout(rid, grown.group_id.encode(), bundles.pack((*stored, raw)))
-        self.events[key] = raw
+        self.events[_event_key(rid, envelope.event_id)] = raw
         self.index[rid.encode()] = grown.to_bytes()
         return None
 
     def close(self, rollout_id: str) -> None:
-        """Forget an ended rollout once its bundle is acknowledged, its index first."""
+        """Forget an ended rollout, its index first: the index never names a missing event."""
         index = self._index(rollout_id)
         if index.event_ids:
             del self.index[rollout_id.encode()]
             for event_id in index.event_ids:
-                key = _event_key(rollout_id, event_id)
-                if key in self.events:
-                    del self.events[key]
+                del self.events[_event_key(rollout_id, event_id)]
 
     def _index(self, rollout_id: str) -> RolloutIndex:
         return RolloutIndex.from_bytes(self.index.get(rollout_id.encode(), b""))
@@ -142,6 +127,15 @@ class Member:
         return self.assembled.rollout_id
 
 
+class MissingBundleError(LookupError):
+    """A group lists a member whose bundle is not in the table: seen only from the timer of a
+    worker resumed after a pause past its session, while its tables were being recovered (the
+    agent's own reads happen between recoveries)."""
+
+    def __init__(self, group: bytes, members: list[str]) -> None:
+        super().__init__(f"group {group.decode(errors='replace')} lists {members} without a bundle")
+
+
 class GroupTables:
     """The scorer's tables: each open group's ended members, and the groups scored at their
     timeout. Open groups are kept decoded too, so neither an arrival nor the timer decodes
@@ -158,17 +152,15 @@ class GroupTables:
         return bool(self.scored.get(group, b""))
 
     def members_of(self, group: bytes) -> dict[str, Member]:
-        """The listed members whose bundles are stored. A name listed without one has not
-        arrived yet, as far as this worker can tell: the list's write was kept and the
-        bundle's lost, and the bundle's message is read again before anything newer on its
-        partition (or the timer reads tables still being recovered)."""
         names = _names(self.members.get(group, b""))
         decoded = self._decoded.get(group)
         if decoded is None or decoded.keys() != set(names):
             stored = {name: self.bundles.get(_member_key(group, name), b"") for name in names}
-            decoded = {name: Member.of(bundle) for name, bundle in stored.items() if bundle}
-            if len(decoded) == len(names):
-                self._decoded[group] = decoded
+            missing = [name for name, bundle in stored.items() if not bundle]
+            if missing:
+                raise MissingBundleError(group, missing)
+            decoded = {name: Member.of(bundle) for name, bundle in stored.items()}
+            self._decoded[group] = decoded
         return decoded
 
     def keep(self, group: bytes, members: dict[str, Member], arrived: Member | None) -> None:

@@ -78,36 +78,3 @@ def test_group_tables_list_a_member_only_after_its_bundle_and_forget_the_list_fi
     tables.forget(b"g", ["a"], timed_out=True)
     assert members == {} and stored == {} and tables.is_scored(b"g")
     assert tables.open_groups() == [] and tables.members_of(b"g") == {}
-
-
-def test_an_event_listed_without_its_stored_message_is_kept_when_read_again():
-    """The index's changelog write was kept and the event's lost: the event's offset was not
-    committed, so it is read again before the end, and the bundle is whole."""
-    index, events = {}, {}
-    rollouts = OpenRollouts(index, events)
-    *body, end = rollout("r1", "g7", 2, 0, 0.0, 3.0)
-    for event in body:
-        rollouts.add(event, codec.encode(event))
-    lost = next(k for k in events if k.endswith(body[1].event_id.encode()))
-    del events[lost]
-    assert rollouts.add(body[1], codec.encode(body[1])) is None
-    assert set(index) == {b"r1"} and RolloutIndex.from_bytes(index[b"r1"]).event_ids == tuple(
-        e.event_id for e in body
-    )
-    done = rollouts.add(end, codec.encode(end))
-    assert done is not None
-    assert [*bundles.messages(done.bundle)] == [codec.encode(e) for e in [*body, end]]
-
-
-def test_an_end_read_again_after_a_partly_kept_close_sends_nothing_and_finishes_the_close():
-    """The close's event deletions were kept, the index's lost; the bundle was acknowledged
-    before the close began, so the end read again sends no second, partial bundle."""
-    index, events = {}, {}
-    rollouts = OpenRollouts(index, events)
-    *body, end = rollout("r1", "g7", 2, 0, 0.0, 3.0)
-    for event in body:
-        rollouts.add(event, codec.encode(event))
-    assert rollouts.add(end, codec.encode(end)) is not None
-    del events[next(iter(events))]
-    assert rollouts.add(end, codec.encode(end)) is None
-    assert index == {} and events == {}
