@@ -2,7 +2,7 @@
 timeout and a broker restart, then every check of ``bench/chaoslib/chaos_checks`` on the log
 (acknowledged rollouts kept, forge.train a replay, nothing trained twice or skipped, policy
 versions increasing, agents answered only 2xx or 429/503 with Retry-After, the workers'
-analytics tables equal to a rebuild from the log). Opt-in: `scripts/test.sh -m chaos`."""
+analytics tables equal to a rebuild from the log). Alone: `scripts/test.sh -m chaos`."""
 
 from __future__ import annotations
 
@@ -15,13 +15,11 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 MINUTES = 5
-# Opt-in (`scripts/test.sh -m chaos`), not in CI: in the fresh-clone CI run of session 6 it
-# failed on one calls row a kill -9 took before the worker's sink flush (at-least-once: the
-# offsets were committed first), and the 20-minute run trained one sample without one of its
-# calls (a changelog gap across a rebalance, bench/RESULTS.md). Both need the worker's outputs
-# durable before its offsets commit; until then the run is not deterministic enough for CI.
-# Issue #16. Its own timeout: pytest-timeout's 300 s default would stop it at the end of the
-# agents' 5 minutes and leave its services running.
+# In CI again since session 7: the two at-least-once gaps that failed it (a calls row taken
+# before the sink's flush, a table changelog write behind its committed offset) are closed:
+# the sink inserts as each commit begins, the commit waits for every changelog write
+# (streams/acked_producer.py). Issue #16. Its own timeout: pytest-timeout's 300 s default
+# would stop it at the end of the agents' 5 minutes and leave its services running.
 pytestmark = [
     pytest.mark.integration,
     pytest.mark.slow,
