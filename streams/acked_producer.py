@@ -11,11 +11,17 @@ offset is committed only once the changelog holds what processing it wrote.
 from __future__ import annotations
 
 import asyncio
+import logging
 
 import faust
 from faust.exceptions import ProducerSendError
 from faust.transport.drivers.aiokafka import Producer
 from faust.types import FutureMessage
+
+log = logging.getLogger(__name__)
+ACK_WAIT_S = 15.0
+"""How long a commit waits for acknowledgements: a kill -9 test's takeover once stalled with
+an unbounded wait (a future that never settled held the rebalance's commit; not explained)."""
 
 
 class AckedFlushProducer(Producer):  # type: ignore[misc]
@@ -42,7 +48,10 @@ class AckedFlushProducer(Producer):  # type: ignore[misc]
         await super().flush()
         pending = list(self._unacknowledged)
         if pending:
-            await asyncio.wait(pending)
+            _, unsettled = await asyncio.wait(pending, timeout=ACK_WAIT_S)
+            if unsettled:  # never holds a rebalance (commits run in it) for good
+                log.warning("commit after %.0f s with %d changelog writes unacknowledged",
+                            ACK_WAIT_S, len(unsettled))  # fmt: skip
         if self._failure is not None:
             raise ProducerSendError("a table changelog write failed") from self._failure
 
