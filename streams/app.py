@@ -37,7 +37,6 @@ from schemas import codec
 from schemas.records import DeadLetter, Envelope, Record, TrainStep
 from schemas.topics import DLQ, EVENTS, MAX_MESSAGE_BYTES, TopicSpec
 from streams import bundles
-from streams.acked_producer import use_acked_flush
 from streams.config import StreamsSettings, load_pipeline_config
 from streams.groups import GroupScorer
 from streams.live_sequencer import run_sequencer
@@ -96,7 +95,6 @@ def create_streams_app(
         broker_session_timeout=10.0,
         broker_heartbeat_interval=3.0,
     )
-    use_acked_flush(app)  # a commit never runs ahead of the changelog writes it covers
     events = app.topic(settings.events_topic, key_type=bytes, value_type=bytes)
     # Faust's assignor ignores a topic missing from metadata at the first rebalance; on a loaded
     # machine that once lost the bundles sent meanwhile. Created up front, nothing is missing.

@@ -16,11 +16,11 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 MINUTES = 5
 # Opt-in (`scripts/test.sh -m chaos`), not in CI: a fresh-clone CI run fails it now and then
-# on a few calls rows (session 6: 300/301; session 7: 299/301, after the changelog gap was
-# closed). Remaining cause: a worker killed after its settled group's table deletes reached
-# the changelog but before its sink flushed the group's calls rows; the next owner, reading
-# the last member again, finds the group gone and scores only that member later (forge.train
-# is unaffected: the first scoring wins). bench/RESULTS.md, session 7.
+# on a few calls rows (session 6: 300/301; session 7: 299/301) and can hit the table
+# changelog gap (a trained sample missing a call). Likely cause of the first: a worker killed
+# after its settled group's table deletes reached the changelog but before its sink inserted
+# the group's calls rows; the next owner, reading the last member again, finds the group gone
+# and scores only that member later. bench/RESULTS.md, sessions 6 and 7.
 # Issue #16. Its own timeout: pytest-timeout's 300 s default would stop it at the end of the
 # agents' 5 minutes and leave its services running.
 pytestmark = [
