@@ -22,7 +22,7 @@ import asyncio
 import logging
 import time
 from datetime import UTC, datetime, timedelta
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 import faust
 from aiokafka.errors import KafkaError
@@ -37,6 +37,7 @@ from schemas import codec
 from schemas.records import DeadLetter, Envelope, Record, TrainStep
 from schemas.topics import DLQ, EVENTS, MAX_MESSAGE_BYTES, TopicSpec
 from streams import bundles
+from streams.after_commit import AfterCommit
 from streams.config import StreamsSettings, load_pipeline_config
 from streams.groups import GroupScorer
 from streams.live_sequencer import run_sequencer
@@ -141,6 +142,42 @@ def create_streams_app(
     if buffer is not None:
         app.sensors.add(FlushSinkBeforeCommit(buffer))
 
+    closing: AfterCommit[str] = AfterCommit()
+    """Ended rollouts, held until the message that ended them is committed."""
+    forgetting: AfterCommit[bytes] = AfterCommit()
+    """Settled groups, held until the message that settled them is committed."""
+    unswept: set[int] = set()
+    """forge.events partitions gained whose ended rollouts (a previous owner's) are not held."""
+    owned_before: set[TP] = set()
+
+    def committed(tp: TP) -> int | None:
+        """The partition's committed offset (the next a restart reads). Faust 0.15 keeps it as
+        it commits, with no public accessor."""
+        offsets = cast(Any, app.consumer)._committed_offset
+        return cast(int | None, offsets.get(tp))
+
+    async def held_for_owned_partitions(sender: Any, assigned: set[TP], **kwargs: Any) -> None:
+        """Deletions held for partitions lost are dropped (their new owner finds the state in
+        the tables); a gained events partition's ended rollouts are looked for on its first
+        event, once its tables are recovered."""
+        gained = assigned - owned_before
+        owned_before.clear()
+        owned_before.update(assigned)
+        closing.keep_only(tp.partition for tp in assigned if tp.topic == settings.events_topic)
+        unswept.update(tp.partition for tp in gained if tp.topic == settings.events_topic)
+        scorer_topic = ended_topic(settings.app_id)
+        groups.drop(
+            forgetting.keep_only(tp.partition for tp in assigned if tp.topic == scorer_topic)
+        )
+
+    def close_committed_rollouts(message: Any) -> None:
+        if message.partition in unswept:
+            unswept.discard(message.partition)
+            for offset, rollout_id in rollouts.ended_in(message.partition):
+                closing.hold(message.partition, offset, rollout_id)
+        for rollout_id in closing.release(message.partition, committed(message.tp)):
+            rollouts.close(rollout_id)
+
     async def send_dead_letter(letter: DeadLetter) -> None:
         """Acknowledged before the agent moves on: nothing is dropped silently."""
         await (await dlq.send(key=letter.key, value=codec.encode(letter)))
@@ -171,10 +208,11 @@ def create_streams_app(
         """Each event is stored once; an ended rollout's events go on as one bundle to the
         group's partition of ``ended`` — or, larger than a message, to forge.dlq."""
         async for event in stream.events():
+            message = event.message
+            close_committed_rollouts(message)
             envelope = await decoded(event, Envelope)
             if envelope is None:
-                progress.processed(event.message.partition, event.message.offset, None,
-                                   time.monotonic())  # fmt: skip
+                progress.processed(message.partition, message.offset, None, time.monotonic())
                 continue
             done = rollouts.add(envelope, event.value)
             if done is not None:
@@ -182,8 +220,9 @@ def create_streams_app(
                 if reason is None:
                     await ended.send(key=done.group, value=done.bundle)
                 else:
-                    await dead_letter(event.message, reason)
-                rollouts.close(done.rollout_id)
+                    await dead_letter(message, reason)
+                rollouts.end(done.rollout_id, message.partition, message.offset)
+                closing.hold(message.partition, message.offset, done.rollout_id)
             # After its bundle is on its way: a watermark sent later follows it in the log.
             progress.processed(event.message.partition, event.message.offset, envelope.ts,
                                time.monotonic())  # fmt: skip
@@ -194,6 +233,9 @@ def create_streams_app(
         asking for the group's timeout to be checked against the event time it carries, one
         with a watermark header an events partition's progress (``send_watermarks``)."""
         async for event in stream.events():
+            message = event.message
+            for group in forgetting.release(message.partition, committed(message.tp)):
+                groups.forget(group)
             headers = event.headers or {}
             try:
                 mark = headers.get(WATERMARK_HEADER)
@@ -215,6 +257,8 @@ def create_streams_app(
             if buffer is not None:  # rollout rows come from the sequencer: the first scoring
                 buffer.add(calls=call_rows(e for m in settled.present for e in m.events.events))
             groups.close(event.key, settled)
+            if settled.closes:
+                forgetting.hold(message.partition, message.offset, event.key)
 
     def horizon_of(partition: int) -> SharedHorizon:
         return horizons.setdefault(partition, SharedHorizon(lateness))

@@ -4,6 +4,11 @@ A group is complete when all its members ended, or once event time passes its fi
 the group timeout: then the members that ended by that deadline are scored and any later one
 is turned away. ``settle_group`` is that rule for the replay and the live worker alike;
 ``GroupScorer`` applies it to the worker's tables (``streams.tables``), one arrival at a time.
+
+Delivery is at least once: a member's bundle can arrive again (its rollout's end read again
+after a restart, possibly assembled from less). The fuller bundle is kept, so a copy never
+replaces what was stored; and a settled group's tables are forgotten only once the message
+that settled it is committed, so one read again settles it again, the same way.
 """
 
 from __future__ import annotations
@@ -65,6 +70,17 @@ class Settlement:
     timed_out: bool = False
     stored: tuple[str, ...] = ()
     """The members the tables hold, to be deleted."""
+    rollouts: frozenset[str] = frozenset()
+    """Every member it settled (scored, late or rejected): a copy arriving later is dropped."""
+    closes: bool = True
+    """False for an arrival turned away from a group settled before."""
+
+
+@dataclass(frozen=True)
+class _Closed:
+    timed_out: bool
+    stored: tuple[str, ...]
+    rollouts: frozenset[str]
 
 
 class GroupScorer:
@@ -75,6 +91,8 @@ class GroupScorer:
         self.tables = tables
         self.timeout = timeout
         self.rewards = rewards
+        self._closed: dict[bytes, _Closed] = {}
+        """Groups settled and sent on whose tables wait for ``forget``."""
 
     def offer(
         self, group: bytes, bundle: bytes, horizon: datetime | None = None
@@ -83,13 +101,21 @@ class GroupScorer:
         Without ``horizon`` (an arrival, not a tick) only a full group settles. A member
         arriving after its group was scored at the timeout is turned away."""
         if self.tables.is_scored(group):
-            turned_away = [(bundle, "member of a group scored at its timeout")] if bundle else []
-            return Settlement([], turned_away, [])
+            return (
+                Settlement([], [(bundle, SCORED_AT_TIMEOUT)], [], closes=False) if bundle else None
+            )
+        closed = self._closed.get(group)
+        if closed is not None:
+            return _turned_away(closed, bundle)
         stored = self.tables.members_of(group)
         members = dict(stored)
         arrived = Member.of(bundle) if bundle else None
         if arrived is not None:
-            members[arrived.rollout_id] = arrived
+            known = members.get(arrived.rollout_id)
+            if known is not None and len(known.events.events) >= len(arrived.events.events):
+                arrived = None  # a copy, no fuller than the bundle stored: that one stays
+            else:
+                members[arrived.rollout_id] = arrived
         if not members:
             return None
         assembled = [m.assembled for m in members.values()]
@@ -104,17 +130,39 @@ class GroupScorer:
         ]
         dead += [(members[r.rollout.rollout_id].bundle, r.reason) for r in scored.rejected]
         present = [members[m.rollout_id] for m in settled.members]
-        return Settlement(scored.trajectories, dead, present, settled.timed_out, tuple(stored))
+        return Settlement(
+            scored.trajectories, dead, present, settled.timed_out, tuple(stored),
+            frozenset(members),
+        )  # fmt: skip
 
     def close(self, group: bytes, settlement: Settlement) -> None:
-        """After the settlement was sent on: a crash before this re-settles the group."""
-        self.tables.forget(group, settlement.stored, settlement.timed_out)
+        """After the settlement was sent on: the group takes no more arrivals. Its tables stay
+        until ``forget``, which the caller runs once the message that settled it is committed:
+        read again after a restart before that, the message finds the group whole."""
+        if settlement.closes:
+            self._closed[group] = _Closed(
+                settlement.timed_out, settlement.stored, settlement.rollouts
+            )
+
+    def forget(self, group: bytes) -> None:
+        """A closed group's tables go (a group scored at its timeout stays marked)."""
+        closed = self._closed.pop(group, None)
+        if closed is not None:
+            self.tables.forget(group, closed.stored, closed.timed_out)
+
+    def drop(self, groups: Iterable[bytes]) -> None:
+        """Closed groups of partitions this worker lost: their new owner, finding them in the
+        tables, settles them again (the same way) and forgets them."""
+        for group in groups:
+            self._closed.pop(group, None)
 
     def due(self, horizon: datetime) -> list[bytes]:
         """Open groups whose deadline ``horizon`` has passed; a group whose tables are not
         readable now is left for the next check (the tick would only ask the agent anyway)."""
         due = []
         for group in self.tables.open_groups():
+            if group in self._closed:
+                continue
             try:
                 if self._deadline(group) <= horizon:
                     due.append(group)
@@ -125,6 +173,18 @@ class GroupScorer:
     def _deadline(self, group: bytes) -> datetime:
         members = self.tables.members_of(group).values()
         return deadline((m.assembled for m in members), self.timeout)
+
+
+SCORED_AT_TIMEOUT = "member of a group scored at its timeout"
+
+
+def _turned_away(closed: _Closed, bundle: bytes) -> Settlement | None:
+    """An arrival at a group closed here: a tick or a copy of a member is nothing; another
+    member is dead-lettered (the group was scored without it)."""
+    if not bundle or Member.of(bundle).rollout_id in closed.rollouts:
+        return None
+    reason = SCORED_AT_TIMEOUT if closed.timed_out else "member of a group already scored"
+    return Settlement([], [(bundle, reason)], [], closes=False)
 
 
 _NEVER = datetime.min.replace(tzinfo=UTC)

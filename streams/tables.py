@@ -7,19 +7,21 @@ changelogs:
 
 - **Assembler** (keyed by rollout): ``rollout-events`` holds each admitted event once, under
   ``<rollout>\\0<event id>``; ``rollout-index`` its rollout's ``RolloutIndex``. The event is
-  written before the index that names it; an ended rollout's index is deleted before its
-  events, once its bundle is on its way.
+  written before the index that names it. Once its bundle is on its way an ended rollout's
+  index says so (it admits nothing more); it is deleted before its events once the message
+  that ended it is committed (``streams.after_commit``).
 - **Scorer** (keyed by group): ``member-bundles`` holds each ended member's bundle under
   ``<group>\\0<rollout>``, ``group-members`` the group's member names. The bundle is written
-  before the list that names it; a settled group's list is deleted before its bundles.
-  ``scored-groups`` marks the groups scored at their timeout.
+  before the list that names it; a settled group's list is deleted before its bundles, once
+  the message that settled it is committed. ``scored-groups`` marks the groups scored at
+  their timeout.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Iterable, MutableMapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from schemas.records import Envelope, RolloutStarted
 from streams import bundles
@@ -38,6 +40,10 @@ class RolloutIndex:
     event_ids: tuple[str, ...] = ()
     group_id: str | None = None
     ended: bool = False
+    partition: int = -1
+    """Of an ended rollout whose bundle was sent on: the forge.events partition and offset of
+    the message that ended it, so whoever owns the partition later can delete it."""
+    end_offset: int = -1
 
     @property
     def complete(self) -> bool:
@@ -54,14 +60,17 @@ class RolloutIndex:
         return RolloutIndex((*self.event_ids, envelope.event_id), group, is_end(envelope))
 
     def to_bytes(self) -> bytes:
-        return json.dumps([list(self.event_ids), self.group_id, self.ended]).encode()
+        fields: list[object] = [list(self.event_ids), self.group_id, self.ended]
+        if self.end_offset >= 0:
+            fields += [self.partition, self.end_offset]
+        return json.dumps(fields).encode()
 
     @classmethod
     def from_bytes(cls, raw: bytes) -> RolloutIndex:
         if not raw:
             return cls()
-        event_ids, group_id, ended = json.loads(raw)
-        return cls(tuple(event_ids), group_id, ended)
+        event_ids, group_id, ended, *where = json.loads(raw)
+        return cls(tuple(event_ids), group_id, ended, *where)
 
 
 @dataclass(frozen=True)
@@ -97,13 +106,33 @@ class OpenRollouts:
         self.index[rid.encode()] = grown.to_bytes()
         return None
 
+    def end(self, rollout_id: str, partition: int, offset: int) -> None:
+        """Its bundle is on its way: from now on the rollout admits nothing (the message that
+        ended it read again included) until ``close`` forgets it."""
+        index = replace(self._index(rollout_id), ended=True, partition=partition, end_offset=offset)
+        self.index[rollout_id.encode()] = index.to_bytes()
+
+    def ended_in(self, partition: int) -> list[tuple[int, str]]:
+        """(offset of the message that ended it, rollout) of every ended rollout of
+        ``partition`` still held: what a new owner of the partition has to close."""
+        found = []
+        for key, raw in list(self.index.items()):
+            index = RolloutIndex.from_bytes(raw)
+            if index.ended and index.partition == partition and index.end_offset >= 0:
+                found.append((index.end_offset, key.decode()))
+        return sorted(found)
+
     def close(self, rollout_id: str) -> None:
         """Forget an ended rollout, its index first: the index never names a missing event."""
+        key = rollout_id.encode()
+        if key not in self.index:
+            return
         index = self._index(rollout_id)
-        if index.event_ids:
-            del self.index[rollout_id.encode()]
-            for event_id in index.event_ids:
-                del self.events[_event_key(rollout_id, event_id)]
+        del self.index[key]
+        for event_id in index.event_ids:
+            event_key = _event_key(rollout_id, event_id)
+            if event_key in self.events:
+                del self.events[event_key]
 
     def _index(self, rollout_id: str) -> RolloutIndex:
         return RolloutIndex.from_bytes(self.index.get(rollout_id.encode(), b""))
@@ -177,11 +206,12 @@ class GroupTables:
         if timed_out:
             self.scored[group] = b"1"
         self._decoded.pop(group, None)
-        names = list(stored)
-        if names:
+        if group in self.members:
             del self.members[group]
-            for name in names:
-                del self.bundles[_member_key(group, name)]
+        for name in stored:
+            key = _member_key(group, name)
+            if key in self.bundles:
+                del self.bundles[key]
 
     def open_groups(self) -> list[bytes]:
         return [group for group, names in list(self.members.items()) if names]

@@ -42,6 +42,15 @@ def test_a_complete_group_is_scored_once_all_members_arrived_and_then_forgotten(
     assert [m.rollout_id for m in settled.present] == ["a", "b"]
     assert members and stored  # until the settlement was sent on
     groups.close(b"g", settled)
+    assert members and stored  # and until the message that settled it is committed
+    assert (
+        groups.offer(b"g", bundle(b)) is None and groups.offer(b"g", b"", T0 + 2 * TIMEOUT) is None
+    )
+    assert groups.due(T0 + 2 * TIMEOUT) == []
+    extra = groups.offer(b"g", bundle(rollout("c", "g", 2, 2, 0.0, 5.0)))
+    assert extra is not None and extra.dead[0][1] == "member of a group already scored"
+    groups.close(b"g", extra)  # turned away: changes nothing
+    groups.forget(b"g")
     assert members == {} and stored == {} and scored == {}
 
 
@@ -58,11 +67,14 @@ def test_a_timeout_in_event_time_scores_who_ended_by_the_deadline_and_turns_away
     assert [t.rollout_id for t in settled.trajectories] == ["x"]
     assert settled.dead == [(bundle(late), "rollout y ended after its group's timeout")]
     groups.close(b"g", settled)
-    assert members == {} and stored == {} and scored == {b"g": b"1"}
-    straggler = groups.offer(b"g", bundle(rollout("z", "g", 3, 2, 0.0, 80.0)))
-    assert straggler is not None and straggler.trajectories == []
-    assert straggler.dead[0][1] == "member of a group scored at its timeout"
-    assert groups.offer(b"g", b"", T0 + 2 * TIMEOUT).dead == []  # a tick turns nothing away
+    straggler = bundle(rollout("z", "g", 3, 2, 0.0, 80.0))
+    for _ in range(2):  # closed here, then forgotten and marked
+        turned_away = groups.offer(b"g", straggler)
+        assert turned_away is not None and turned_away.trajectories == []
+        assert turned_away.dead == [(straggler, "member of a group scored at its timeout")]
+        assert not groups.offer(b"g", b"", T0 + 2 * TIMEOUT)  # a tick turns nothing away
+        groups.forget(b"g")
+        assert members == {} and stored == {} and scored == {b"g": b"1"}
 
 
 def with_signal(events, value):
@@ -122,3 +134,35 @@ def test_a_group_listing_a_member_without_its_bundle_is_left_for_the_next_timeou
     members[b"g"] = b"x\ny"  # y listed, its bundle not there (yet)
     assert groups.due(T0 + TIMEOUT) == [b"h"]
     assert len(stored) == 2
+
+
+def test_a_copy_of_a_member_with_less_in_it_never_replaces_the_stored_one():
+    """A rollout's end read again after a kill -9, assembled from a changelog that had lost
+    one of its calls: the copy arrives after the full bundle (a CI run trained the copy)."""
+    a, b = rollout("a", "g", 2, 0, 0.0, 3.0), rollout("b", "g", 2, 1, 0.0, 4.0, outcome=0.0)
+    without_first_call = [a[0], *a[3:]]
+    reference, _ = scorer()
+    reference.offer(b"g", bundle(a))
+    expected = reference.offer(b"g", bundle(b))
+    for order in ([a, without_first_call], [without_first_call, a]):
+        groups, (_, stored, _) = scorer()
+        assert [groups.offer(b"g", bundle(copy)) for copy in order] == [None, None]
+        assert stored == {b"g\x00a": bundle(a)}  # the fuller one, whichever came first
+        settled = groups.offer(b"g", bundle(b))
+        assert settled is not None and settled.trajectories == expected.trajectories
+
+
+def test_a_restart_before_the_commit_settles_the_group_again_the_same_way():
+    """Killed after sending a settlement on, before committing the message that settled it:
+    the tables still hold the group, so that message read again settles it again, its
+    trajectories and its members' calls (a chaos run lost those rows when the group's tables
+    were already gone)."""
+    a, b = rollout("a", "g", 2, 0, 0.0, 3.0), rollout("b", "g", 2, 1, 0.0, 4.0, outcome=0.0)
+    groups, tables = scorer()
+    groups.offer(b"g", bundle(a))
+    first = groups.offer(b"g", bundle(b))
+    groups.close(b"g", first)
+    restarted = GroupScorer(GroupTables(*tables), TIMEOUT, RewardConfig(speed_weight=0.0))
+    again = restarted.offer(b"g", bundle(b))
+    assert again is not None and again.trajectories == first.trajectories
+    assert [m.bundle for m in again.present] == [m.bundle for m in first.present]

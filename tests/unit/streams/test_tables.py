@@ -56,8 +56,22 @@ def test_open_rollouts_store_each_event_once_and_hand_over_the_bundle_at_the_end
     assert done is not None and done.group == b"g7" and done.rollout_id == "r1"
     assert [*bundles.messages(done.bundle)] == [codec.encode(e) for e in [*body, end]]
     assert len(events) == len(body)  # kept until the bundle is on its way
+    rollouts.end("r1", partition=3, offset=17)
+    for again in (end, body[1], *rollout("r1", "g7", 2, 0, 0.0, 3.0)):  # read again, or later
+        assert rollouts.add(again, codec.encode(again)) is None
+    assert rollouts.ended_in(3) == [(17, "r1")] and rollouts.ended_in(0) == []
+    assert len(events) == len(body)  # until the message that ended it is committed
     rollouts.close("r1")
     assert index == {} and events == {}
+    rollouts.close("r1")  # closed twice (held by two owners in turn): nothing left to do
+    assert rollouts.ended_in(3) == []
+
+
+def test_an_index_written_before_the_ended_flag_kept_its_place_reads_as_ended_nowhere():
+    raw = b'[["e1"], "g1", true]'
+    assert RolloutIndex.from_bytes(raw) == RolloutIndex(("e1",), "g1", True)
+    index = RolloutIndex(("e1",), "g1", True, partition=2, end_offset=9)
+    assert RolloutIndex.from_bytes(index.to_bytes()) == index
 
 
 def member(rid, group="g", size=2, index=0, end=3.0, **kw):
