@@ -1,9 +1,13 @@
 """When a group is complete, and what settling it sends on (pure).
 
-A group is complete when all its members ended, or once event time passes its first start +
-the group timeout: then the members that ended by that deadline are scored and any later one
-is turned away. ``settle_group`` is that rule for the replay and the live worker alike;
-``GroupScorer`` applies it to the worker's tables (``streams.tables``), one arrival at a time.
+A group is complete when all its members ended by its deadline (its first start + the group
+timeout). Otherwise it times out at the deadline: once event time passes it, or at once when
+every member has arrived and one ended after it. The members that ended by the deadline are
+scored and any later one is turned away, whenever it arrives: the outcome is the log's, not
+how fast a worker read it (a late member used to count in the replay always, live only when
+its bundle beat the horizon). ``settle_group`` is that rule for the replay and the live
+worker alike; ``GroupScorer`` applies it to the worker's tables (``streams.tables``), one
+arrival at a time.
 
 Delivery is at least once: a member's bundle can arrive again (its rollout's end read again
 after a restart, possibly assembled from less). The fuller bundle is kept, so a copy never
@@ -48,10 +52,12 @@ def settle_group(
     is still open."""
     members = sorted(members, key=lambda r: (r.queue_index, r.rollout_id))
     size = members[0].group_size
-    if len(members) >= size:
-        return SettledGroup(max(m.ended_ts for m in members[:size]), members[:size], [], False)
     due = deadline(members, timeout)
-    if horizon < due:
+    if len(members) >= size:
+        whole = members[:size]
+        if max(m.ended_ts for m in whole) <= due:
+            return SettledGroup(max(m.ended_ts for m in whole), whole, [], False)
+    elif horizon < due:
         return None
     present = [m for m in members if m.ended_ts <= due]
     late = [m for m in members if m.ended_ts > due]

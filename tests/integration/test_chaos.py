@@ -2,7 +2,7 @@
 timeout and a broker restart, then every check of ``bench/chaoslib/chaos_checks`` on the log
 (acknowledged rollouts kept, forge.train a replay, nothing trained twice or skipped, policy
 versions increasing, agents answered only 2xx or 429/503 with Retry-After, the workers'
-analytics tables equal to a rebuild from the log). Opt-in: `scripts/test.sh -m chaos`."""
+analytics tables equal to a rebuild from the log). Alone: `scripts/test.sh -m chaos`."""
 
 from __future__ import annotations
 
@@ -15,12 +15,11 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 MINUTES = 5
-# Opt-in (`scripts/test.sh -m chaos`), not in CI: a fresh-clone CI run fails it now and then
-# on a few calls rows (session 6: 300/301; session 7: 299/301) and can hit the table
-# changelog gap (a trained sample missing a call). Likely cause of the first: a worker killed
-# after its settled group's table deletes reached the changelog but before its sink inserted
-# the group's calls rows; the next owner, reading the last member again, finds the group gone
-# and scores only that member later. bench/RESULTS.md, sessions 6 and 7.
+# In the test command again (session 8): the two at-least-once gaps that failed it in
+# fresh-clone CI runs are closed — calls rows lost when a settled group's tables were deleted
+# before the offset commit (deletions now wait for it, streams/after_commit.py), and table
+# writes lost when Faust's producer flush gave up early (streams/draining_producer.py).
+# bench/RESULTS.md, sessions 6-8.
 # Issue #16. Its own timeout: pytest-timeout's 300 s default would stop it at the end of the
 # agents' 5 minutes and leave its services running.
 pytestmark = [

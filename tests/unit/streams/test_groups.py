@@ -166,3 +166,31 @@ def test_a_restart_before_the_commit_settles_the_group_again_the_same_way():
     again = restarted.offer(b"g", bundle(b))
     assert again is not None and again.trajectories == first.trajectories
     assert [m.bundle for m in again.present] == [m.bundle for m in first.present]
+
+
+def test_a_member_ending_after_the_deadline_is_late_whether_or_not_the_horizon_passed_first():
+    """Both orders a worker may see: the last bundle before any tick past the deadline, or
+    after it. Either way the group times out at its deadline and the replay agrees (a CI run
+    scored the whole group when the bundle happened to come first; the replay did too)."""
+    on_time = [rollout(r, "g", 3, i, 0.0, 3.0 + i) for i, r in enumerate("ab")]
+    late = rollout("c", "g", 3, 2, 0.0, 65.0)
+    outcomes = []
+    for tick_first in (False, True):
+        groups, _ = scorer()
+        for member in on_time:
+            assert groups.offer(b"g", bundle(member)) is None
+        if tick_first:
+            settled = groups.offer(b"g", b"", T0 + TIMEOUT)
+            groups.close(b"g", settled)
+            turned_away = groups.offer(b"g", bundle(late))
+            assert turned_away.dead == [(bundle(late), "member of a group scored at its timeout")]
+        else:
+            settled = groups.offer(b"g", bundle(late))
+            assert settled.dead == [(bundle(late), "rollout c ended after its group's timeout")]
+        assert settled.timed_out and settled.trajectories[0].group_completed_ts == T0 + TIMEOUT
+        outcomes.append(settled.trajectories)
+    assert outcomes[0] == outcomes[1]
+    queue = [(i, QueueEntry(r, "g", 3, T0)) for i, r in enumerate("abc")]
+    config = PipelineConfig(rewards=RewardConfig(speed_weight=0.0), group_timeout_s=60.0)
+    replay = process_log([e for r in (*on_time, late) for e in r], queue, [], config)
+    assert replay.trajectories == outcomes[0] and replay.stats["late_members"] == 1
