@@ -39,7 +39,6 @@ from schemas.topics import DLQ, EVENTS, MAX_MESSAGE_BYTES, TopicSpec
 from streams import bundles
 from streams.after_commit import AfterCommit
 from streams.config import StreamsSettings, load_pipeline_config
-from streams.draining_producer import use_draining_producer
 from streams.groups import GroupScorer
 from streams.live_sequencer import run_sequencer
 from streams.sinks import SinkBuffer, call_rows
@@ -97,7 +96,6 @@ def create_streams_app(
         broker_session_timeout=10.0,
         broker_heartbeat_interval=3.0,
     )
-    use_draining_producer(app)  # a commit or a recovery never runs ahead of the table writes
     events = app.topic(settings.events_topic, key_type=bytes, value_type=bytes)
     # Faust's assignor ignores a topic missing from metadata at the first rebalance; on a loaded
     # machine that once lost the bundles sent meanwhile. Created up front, nothing is missing.

@@ -15,11 +15,9 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 MINUTES = 5
-# In the test command again (session 8): the two at-least-once gaps that failed it in
-# fresh-clone CI runs are closed — calls rows lost when a settled group's tables were deleted
-# before the offset commit (deletions now wait for it, streams/after_commit.py), and table
-# writes lost when Faust's producer flush gave up early (streams/draining_producer.py).
-# bench/RESULTS.md, sessions 6-8.
+# In the test command again (session 8): the gap that failed it in fresh-clone CI runs — calls
+# rows lost when a settled group's tables were deleted before the offset commit — is closed
+# (deletions wait for the commit, streams/after_commit.py). bench/RESULTS.md, sessions 6-8.
 # Issue #16. Its own timeout: pytest-timeout's 300 s default would stop it at the end of the
 # agents' 5 minutes and leave its services running.
 pytestmark = [
