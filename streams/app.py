@@ -36,7 +36,7 @@ from infra.metrics_server import StreamsMetrics, serve_metrics
 from schemas import codec
 from schemas.records import DeadLetter, Envelope, Record, TrainStep
 from schemas.topics import DLQ, EVENTS, MAX_MESSAGE_BYTES, TopicSpec
-from streams import bundles, kept_store
+from streams import bundles
 from streams.after_commit import AfterCommit
 from streams.config import StreamsSettings, load_pipeline_config
 from streams.groups import GroupScorer
@@ -80,7 +80,7 @@ def create_streams_app(
     app = faust.App(
         settings.app_id,
         broker=f"kafka://{bootstrap}",
-        store=kept_store.register(),  # memory, but a recovery leaves kept partitions alone
+        store="memory://",
         datadir=str(infra.home / "streams"),
         value_serializer="raw",
         key_serializer="raw",
