@@ -41,6 +41,7 @@ from streams.after_commit import AfterCommit
 from streams.config import StreamsSettings, load_pipeline_config
 from streams.groups import GroupScorer
 from streams.live_sequencer import run_sequencer
+from streams.recovery_seek import read_unknown_starts_from_the_beginning
 from streams.sinks import SinkBuffer, call_rows
 from streams.sql_endpoint import open_endpoint
 from streams.tables import TABLES, GroupTables, OpenRollouts
@@ -74,6 +75,7 @@ def create_streams_app(
     settings: StreamsSettings, bootstrap: str, infra: InfraSettings
 ) -> faust.App:
     config = load_pipeline_config(settings.pipeline_file)
+    read_unknown_starts_from_the_beginning()  # a broker restart crashed Faust's recovery
     # The tables are partitioned as forge.events is (the assembler writes them keyed by
     # rollout), and the scorer's topic alike: grown partitions need a new app_id.
     partitions = len(topic_partitions(bootstrap, (settings.events_topic,))) or EVENTS.partitions
