@@ -534,6 +534,23 @@ def verdict_of(run: Run) -> tuple[LogState, Verdict]:
     )
 
 
+def log_lines_naming(logs: Path, names: set[str], per_log: int = 8) -> list[str]:
+    """Lines of the services' logs that name a missing rollout or its group."""
+    if not names:
+        return []
+    found = []
+    for log in sorted(logs.glob("*.log")):
+        hits = [
+            line.rstrip()[:300]
+            for line in log.read_text(errors="replace").splitlines()
+            if any(name in line for name in names)
+        ]
+        found += [f"  {log.name}: {line}" for line in hits[:per_log]]
+        if len(hits) > per_log:
+            found.append(f"  {log.name}: … {len(hits) - per_log} more")
+    return found
+
+
 def compare_stores(run: Run, state: LogState, verdict: Verdict) -> None:
     """The workers' analytics against a rebuild of the log, into ``verdict`` (the services
     stopped first, the broker still up)."""
@@ -637,6 +654,7 @@ def main() -> int:
         stop_progress.set()
         run.say("stopping every service and the broker this run started…")
         run.stop_all()
+    verdict.evidence += log_lines_naming(run.logs, verdict.evidence_names)
     print_report(run, verdict)
     checks = verdict.checks()
     summary = {

@@ -24,6 +24,7 @@ from chaos_checks import (
     lost_rollouts,
     policy_regressions,
 )
+from chaos_evidence import PlacedEvent, SeenTrajectory, explain_missing, missing_rollouts
 from chaos_fleet import REQUEST_BUDGET_S, AgentStats
 from kafka import TopicPartition
 
@@ -173,21 +174,31 @@ class LogState:
     policies: list[PolicyUpdated]
     train: list[TrainSample]
     steps: list[TrainStep]
-    dead_train_offsets: set[int]
+    dead: list[DeadLetter]
+    placed: list[PlacedEvent]
+    """forge.events with each record's partition and offset (for the evidence)."""
+
+    @property
+    def dead_train_offsets(self) -> set[int]:
+        return {d.offset for d in self.dead if d.source_topic == TRAIN.name}
 
     @classmethod
     def read(cls, bootstrap: str) -> LogState:
         policies = [d.record for d in records(bootstrap, POLICY)]
-        dead = [d.record for d in records(bootstrap, DLQ)]
+        dead = [d.record for d in records(bootstrap, DLQ) if isinstance(d.record, DeadLetter)]
+        events = records(bootstrap, EVENTS)
         return cls(
-            events=[d.record for d in records(bootstrap, EVENTS)],  # type: ignore[misc]
+            events=[d.record for d in events],  # type: ignore[misc]
             queue=[(d.offset, d.record) for d in records(bootstrap, QUEUE)],  # type: ignore[misc]
             policies=policies,  # type: ignore[arg-type]
             train=[d.record for d in records(bootstrap, TRAIN)],  # type: ignore[misc]
             steps=[d.record for d in records(bootstrap, METRICS)],  # type: ignore[misc]
-            dead_train_offsets={
-                d.offset for d in dead if isinstance(d, DeadLetter) and d.source_topic == TRAIN.name
-            },
+            dead=dead,
+            placed=[
+                PlacedEvent(d.partition, d.offset, d.record)
+                for d in events
+                if isinstance(d.record, Envelope)
+            ],
         )
 
     def open_rollouts(self) -> set[str]:
@@ -283,6 +294,10 @@ class Verdict:
     """The workers' analytics tables against a rebuild (``chaos_analytics``), once compared."""
     analytics_problem: str = "the run ended before"
     """Why they were not compared, when they were not."""
+    evidence: list[str] = field(default_factory=list)
+    """Where each sample missing from forge.train went (``chaos_evidence``)."""
+    evidence_names: set[str] = field(default_factory=set)
+    """Their rollout and group ids, for the caller to look up in the services' logs."""
 
     @property
     def failures(self) -> list[str]:
@@ -292,6 +307,7 @@ class Verdict:
             *(f"missing from forge.train: {s}" for s in c.missing[:20]),
             *(f"not in the replay: {s}" for s in c.extra[:20]),
             *(f"changed: {s}" for s in c.changed[:20]),
+            *self.evidence[:60],
             *(f"trained twice: {s}" for s in a.trained_twice[:20]),
             *(f"skipped: {s}" for s in a.skipped[:20]),
             *self.policy_problems[:20],
@@ -425,10 +441,20 @@ def judge(
         for at, kind in agents.unanswered
         if not any(start <= at <= end + 2 for start, end in gateway_down)
     ]
+    comparison = compare_train(state.train, replay.samples)
+    scored = [
+        SeenTrajectory(s.arrived, s.record)
+        for s in watch.seen[TRAJECTORIES.name]
+        if isinstance(s.record, Trajectory)
+    ]
     return Verdict(
         acknowledged=len(agents.acknowledged),
         lost=lost_rollouts(agents.acknowledged, state.finished()),
-        comparison=compare_train(state.train, replay.samples),
+        comparison=comparison,
+        evidence=explain_missing(
+            comparison.missing, replay.samples, state.placed, scored, state.dead
+        ),
+        evidence_names=missing_rollouts(comparison.missing, replay.samples),
         account=account_training(
             state.steps, [s.sample_id for s in state.train], state.dead_train_offsets
         ),

@@ -37,7 +37,7 @@ def test_a_short_chaos_run_keeps_every_promise(tmp_path):
     summary = json.loads((tmp_path / "chaos" / "chaos-summary.json").read_text())
     checks = {c["name"]: c for c in summary["checks"]}
     failed = [f"{name}: {c['detail']}" for name, c in checks.items() if not c["passed"]]
-    assert not failed, "\n".join([*failed, run.stdout[-4000:]])
+    assert not failed, "\n".join([*failed, *summary["failures"], run.stdout[-4000:]])
     kinds = {fault["kind"] for fault in summary["faults"]}
     # Seed 7 here: 11 faults in 5 minutes, every kind at least once (a round has each once).
     assert kinds == {"gateway", "streams-a", "streams-b", "trainer", "pause", "broker"}, kinds
