@@ -216,7 +216,7 @@ def create_streams_app(
             if envelope is None:
                 progress.processed(message.partition, message.offset, None, time.monotonic())
                 continue
-            done = rollouts.add(envelope, event.value)
+            done = rollouts.add(envelope, event.value, message.partition, message.offset)
             if done is not None:
                 reason = bundles.oversize(done.rollout_id, len(done.bundle))
                 if reason is None:

@@ -8,7 +8,8 @@ changelogs:
 - **Assembler** (keyed by rollout): ``rollout-events`` holds each admitted event once, under
   ``<rollout>\\0<event id>``; ``rollout-index`` its rollout's ``RolloutIndex``. The event is
   written before the index that names it. Once its bundle is on its way an ended rollout's
-  index says so (it admits nothing more); it is deleted before its events once the message
+  index says so (it admits nothing more; the message that ended it, read again, sends the
+  bundle again); it is deleted before its events once the message
   that ended it is committed (``streams.after_commit``).
 - **Scorer** (keyed by group): ``member-bundles`` holds each ended member's bundle under
   ``<group>\\0<rollout>``, ``group-members`` the group's member names. The bundle is written
@@ -89,22 +90,44 @@ class OpenRollouts:
         self.index = index
         self.events = events
 
-    def add(self, envelope: Envelope, raw: bytes) -> EndedRollout | None:
-        """Store an admitted event (``raw``: its message). The event that completes its
-        rollout is not stored: the rollout's bundle comes back, for the caller to send on and
-        then ``close`` the rollout. Nothing for a duplicate or anything after the end."""
+    def add(
+        self, envelope: Envelope, raw: bytes, partition: int = -1, offset: int = -1
+    ) -> EndedRollout | None:
+        """Store an admitted event (``raw``: its message, read at ``partition``/``offset``).
+        The event that completes its rollout is not stored: the rollout's bundle comes back,
+        for the caller to send on and then ``end`` the rollout. Nothing for a duplicate or
+        anything after the end — except the message that ended it, read again: a restart
+        before that message's commit may have kept the ended mark but not the bundle sent
+        (the changelog write delivered, the bundle's batch not yet), so the bundle is sent
+        again; the scorer keeps one copy of a member."""
         rid = envelope.rollout_id
         index = self._index(rid)
+        if (
+            index.ended
+            and index.end_offset >= 0
+            and (partition, offset)
+            == (
+                index.partition,
+                index.end_offset,
+            )
+        ):
+            assert index.group_id is not None
+            return self._ended(rid, index.group_id, index.event_ids, raw)
         if not index.admits(envelope):
             return None
         grown = index.with_event(envelope)
         if grown.complete:
             assert grown.group_id is not None
-            stored = (self.events[_event_key(rid, e)] for e in index.event_ids)
-            return EndedRollout(rid, grown.group_id.encode(), bundles.pack((*stored, raw)))
+            return self._ended(rid, grown.group_id, index.event_ids, raw)
         self.events[_event_key(rid, envelope.event_id)] = raw
         self.index[rid.encode()] = grown.to_bytes()
         return None
+
+    def _ended(
+        self, rollout_id: str, group_id: str, stored_ids: tuple[str, ...], raw: bytes
+    ) -> EndedRollout:
+        stored = (self.events[_event_key(rollout_id, e)] for e in stored_ids)
+        return EndedRollout(rollout_id, group_id.encode(), bundles.pack((*stored, raw)))
 
     def end(self, rollout_id: str, partition: int, offset: int) -> None:
         """Its bundle is on its way: from now on the rollout admits nothing (the message that

@@ -57,8 +57,10 @@ def test_open_rollouts_store_each_event_once_and_hand_over_the_bundle_at_the_end
     assert [*bundles.messages(done.bundle)] == [codec.encode(e) for e in [*body, end]]
     assert len(events) == len(body)  # kept until the bundle is on its way
     rollouts.end("r1", partition=3, offset=17)
-    for again in (end, body[1], *rollout("r1", "g7", 2, 0, 0.0, 3.0)):  # read again, or later
-        assert rollouts.add(again, codec.encode(again)) is None
+    for again in (end, body[1], *rollout("r1", "g7", 2, 0, 0.0, 3.0)):  # a copy later in the log
+        assert rollouts.add(again, codec.encode(again), partition=3, offset=40) is None
+    assert rollouts.add(end, codec.encode(end), partition=2, offset=17) is None
+    assert len(events) == len(body)  # until the message that ended it is committed
     assert rollouts.ended_in(3) == [(17, "r1")] and rollouts.ended_in(0) == []
     assert len(events) == len(body)  # until the message that ended it is committed
     rollouts.close("r1")
@@ -92,3 +94,20 @@ def test_group_tables_list_a_member_only_after_its_bundle_and_forget_the_list_fi
     tables.forget(b"g", ["a"], timed_out=True)
     assert members == {} and stored == {} and tables.is_scored(b"g")
     assert tables.open_groups() == [] and tables.members_of(b"g") == {}
+
+
+def test_the_message_that_ended_a_rollout_read_again_sends_its_bundle_again():
+    """A kill -9 after the ended mark reached the changelog but before the bundle's batch was
+    delivered (and before the commit): the restarted owner reads the message again, and the
+    bundle must go again or the member is lost (its group scored without it)."""
+    index, events = {}, {}
+    *body, end = rollout("r1", "g7", 2, 0, 0.0, 3.0)
+    before = OpenRollouts(index, events)
+    for at, event in enumerate(body):
+        before.add(event, codec.encode(event), partition=3, offset=at)
+    first = before.add(end, codec.encode(end), partition=3, offset=len(body))
+    assert first is not None
+    before.end("r1", partition=3, offset=len(body))
+    restarted = OpenRollouts(dict(index), dict(events))  # recovered from the changelogs
+    again = restarted.add(end, codec.encode(end), partition=3, offset=len(body))
+    assert again == first
