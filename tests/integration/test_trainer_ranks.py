@@ -107,9 +107,14 @@ def test_two_ranks_killed_and_restarted_train_what_one_rank_trains(
     records = published_steps(kafka, metrics_b)
     two_ranks = {s.step: s for s in records}
     assert sorted(two_ranks) == list(range(1, STEPS + 1))
+    # Equal up to float32 summation order (one rank's batch sum against gloo's all-reduce of
+    # two halves): about 1e-6 absolute on losses of order 1, measured. Relative to the run's
+    # loss scale, not to each loss: a step whose CISPO terms nearly cancel (loss 0.013 in one
+    # run) carries the same absolute noise, 3e-4 of its own value.
+    scale = sum(abs(s.loss) for s in one_rank.values()) / STEPS
     for step in range(1, STEPS + 1):
         assert two_ranks[step].sample_ids == one_rank[step].sample_ids
-        assert two_ranks[step].loss == pytest.approx(one_rank[step].loss, rel=1e-4, abs=1e-6)
+        assert two_ranks[step].loss == pytest.approx(one_rank[step].loss, abs=1e-4 * scale)
     # One publisher: each step once, but for the checkpoint's records the restart re-publishes.
     counts = collections.Counter(s.step for s in records)
     assert max(counts.values()) <= 2 and STEPS <= len(records) <= STEPS + 1
