@@ -6,7 +6,6 @@ from __future__ import annotations
 import itertools
 import os
 import signal
-import subprocess
 import sys
 import threading
 import time
@@ -24,6 +23,7 @@ from infra.tiny_model import save_tiny_policy
 from schemas import codec
 from schemas.records import Envelope, ModelRequest, RolloutAborted, RolloutStarted
 from schemas.topics import EVENTS, METRICS, POLICY, QUEUE, TopicSpec
+from tests.integration.logged_process import LoggedProcess
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 ADMIN_KEY = "recovery-admin-key-0123456789"
@@ -49,6 +49,7 @@ class Gateway:
 
     def __init__(self, kafka, model_dir, topics, tmp_path, port: int, **settings: str) -> None:
         self.port, self.url = port, f"http://127.0.0.1:{port}"
+        self.log_dir = tmp_path / "logs"
         self.env = {
             **os.environ, "FORGE_HOME": str(tmp_path), "FORGE_KAFKA_BOOTSTRAP": kafka,
             "FORGE_GATEWAY_ADMIN_KEY": ADMIN_KEY, "FORGE_GATEWAY_MODEL_DIR": str(model_dir),
@@ -58,15 +59,14 @@ class Gateway:
             "FORGE_GATEWAY_METRICS_TOPIC": topics[METRICS.name].name,
             **{f"FORGE_GATEWAY_{k.upper()}": v for k, v in settings.items()},
         }  # fmt: skip
-        self.proc: subprocess.Popen[bytes] | None = None
+        self.proc: LoggedProcess | None = None
 
     def start(self) -> Gateway:
         cmd = [sys.executable, "-m", "forge_rl.cli", "gateway", "--port", str(self.port)]
-        self.proc = subprocess.Popen(cmd, env=self.env, stdout=subprocess.DEVNULL,
-                                     stderr=subprocess.PIPE)  # fmt: skip
+        self.proc = LoggedProcess(cmd, self.env, self.log_dir)
         deadline = time.monotonic() + 120
         while True:
-            assert self.proc.poll() is None, self.proc.stderr.read().decode()[-3000:]
+            assert self.proc.poll() is None, self.proc.log_tail()
             assert time.monotonic() < deadline, "the gateway did not start"
             try:
                 if httpx.get(f"{self.url}/health", timeout=1).status_code == 200:

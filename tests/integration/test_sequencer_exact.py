@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import os
 import signal
-import subprocess
 import sys
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -23,6 +23,7 @@ from schemas.records import QueueEntry
 from schemas.topics import EVENTS, QUEUE, TRAJECTORIES
 from streams.pipeline import PipelineConfig, process_log
 from tests.builders import T0
+from tests.integration.logged_process import LoggedProcess
 from tests.integration.test_streams_worker import prepared_log, stop, train_samples
 from tests.unit.streams.test_pipeline import rollout
 
@@ -66,14 +67,14 @@ def expected(*parts, config: PipelineConfig | None = None):
 
 def start_worker(env, port: int | None = None):
     env = {**env, "FORGE_STREAMS_WEB_PORT": str(port or free_port())}
-    return subprocess.Popen(WORKER, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    return LoggedProcess(WORKER, env, Path(env["FORGE_HOME"]) / "logs")
 
 
 def wait_for(kafka, train, count: int, workers, timeout_s: float = 180) -> None:
     deadline = time.monotonic() + timeout_s
     while len(train_samples(kafka, train.name)) < count:
         for w in workers:
-            assert w.poll() is None, w.stderr.read().decode()[-3000:]
+            assert w.poll() is None, w.log_tail()
         assert time.monotonic() < deadline, f"forge.train never reached {count} samples"
         time.sleep(0.5)
     time.sleep(3)  # nothing more may come

@@ -16,6 +16,7 @@ import psutil
 import pytest
 
 from infra.analytics import owner_key_file
+from tests.integration.logged_process import LoggedProcess
 from tests.integration.test_streams_worker import prepared_log
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -29,10 +30,10 @@ def worker(kafka, tmp_path_factory):
     env["FORGE_STREAMS_SQL_TIMEOUT_S"] = "3"
     url = f"http://127.0.0.1:{env['FORGE_STREAMS_WEB_PORT']}"
     cmd = [sys.executable, "-m", "forge_rl.cli", "streams"]
-    process = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    process = LoggedProcess(cmd, env, home / "logs")
     deadline = time.monotonic() + 180
     while not _answers(url):
-        assert process.poll() is None, process.stderr.read().decode()[-3000:]
+        assert process.poll() is None, process.log_tail()
         assert time.monotonic() < deadline, "the worker's web port never answered"
         time.sleep(0.5)
     yield process, url, env

@@ -17,6 +17,7 @@ from infra.kafka_clients import sync_consumer
 from infra.log_reader import LogRange, read_log
 from schemas.records import TrainStep
 from schemas.topics import METRICS, POLICY
+from tests.integration.logged_process import LoggedProcess
 from tests.integration.test_trainer_restart import filled_train_topic, trainer_env
 from trainer.launch import trainer_command
 
@@ -76,10 +77,9 @@ def test_two_ranks_killed_and_restarted_train_what_one_rank_trains(
 
     metrics_b, policy_b = fresh_topic(METRICS), fresh_topic(POLICY)
     env_b = trainer_env(kafka, tmp_path / "b", metrics_b.name, policy_b.name)
-    proc = subprocess.Popen(
-        command(train_topic.name, 2), env=env_b, stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE, start_new_session=True,
-    )  # fmt: skip
+    proc = LoggedProcess(
+        command(train_topic.name, 2), env_b, tmp_path / "logs", start_new_session=True
+    )
     try:
         deadline = time.monotonic() + 300
         rank1 = rank_process(psutil.Process(proc.pid), 1, deadline)
@@ -87,7 +87,7 @@ def test_two_ranks_killed_and_restarted_train_what_one_rank_trains(
         watcher.subscribe([metrics_b.name])
         seen = 0
         while seen < 2:
-            assert proc.poll() is None, proc.stderr.read().decode()[-3000:]
+            assert proc.poll() is None, proc.log_tail()
             assert time.monotonic() < deadline, "the ranks made no progress"
             seen += sum(len(batch) for batch in watcher.poll(timeout_ms=50).values())
         rank1.send_signal(signal.SIGKILL)

@@ -16,6 +16,7 @@ from schemas import codec
 from schemas.records import PolicyUpdated, TrainStep
 from schemas.topics import METRICS, POLICY, derived_train_topic
 from tests.builders import train_sample
+from tests.integration.logged_process import LoggedProcess
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -86,15 +87,13 @@ def test_kill_and_restart_trains_the_same_samples_as_an_uninterrupted_run(
 
     metrics_b, policy_b = fresh_topic(METRICS), fresh_topic(POLICY)
     env_b = trainer_env(kafka, tmp_path / "b", metrics_b.name, policy_b.name)
-    proc = subprocess.Popen(
-        trainer_cmd(train_topic.name), env=env_b, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
-    )
+    proc = LoggedProcess(trainer_cmd(train_topic.name), env_b, tmp_path / "logs")
     watcher = sync_consumer(kafka, auto_offset_reset="earliest", enable_auto_commit=False)
     watcher.subscribe([metrics_b.name])
     deadline = time.monotonic() + 300
     seen = 0
     while seen < 2:
-        assert proc.poll() is None, proc.stderr.read().decode()[-3000:]
+        assert proc.poll() is None, proc.log_tail()
         assert time.monotonic() < deadline, "trainer made no progress"
         seen += sum(len(batch) for batch in watcher.poll(timeout_ms=50).values())
     proc.send_signal(signal.SIGKILL)
