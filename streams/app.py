@@ -44,6 +44,7 @@ from streams.live_sequencer import run_sequencer
 from streams.recovery_seek import read_unknown_starts_from_the_beginning
 from streams.sinks import SinkBuffer, call_rows
 from streams.sql_endpoint import open_endpoint
+from streams.stall_watch import StallWatch
 from streams.tables import TABLES, GroupTables, OpenRollouts
 from streams.watermarks import (
     WATERMARK_HEADER,
@@ -311,6 +312,36 @@ def create_streams_app(
         for key in groups.due(horizon):
             await ended.send(key=key, value=b"", headers=header)
 
+    stalls: StallWatch[TP] = StallWatch(STALL_PATIENCE_S)
+
+    @app.timer(interval=STALL_PATIENCE_S / 3)
+    async def refetch_stalled_partitions() -> None:
+        """An owned partition Faust stopped fetching is named and fetched again
+        (``streams.stall_watch``); never during a rebalance or a recovery."""
+        consumer = cast(Any, app.consumer)
+        if app.rebalancing or app.in_recovery:
+            return
+        streams = {tp for tp in consumer.assignment() if not tp.topic.endswith("-changelog")}
+        stalls.keep_only(streams)
+        if not streams:
+            return
+        try:
+            ends = await consumer.highwaters(*streams)
+        except (KafkaError, ConsumerNotStarted, TimeoutError):
+            return  # the broker away: nothing is fetched anyway
+        fetched = consumer._get_active_partitions()  # Faust 0.15: no public accessor
+        now = time.monotonic()
+        for tp in sorted(streams):
+            if stalls.stalled(tp, committed(tp), ends.get(tp), tp in fetched, now):
+                log.warning(
+                    "%s:%d has records past offset %s (end %s) that Faust has not fetched for "
+                    "%.0f s (paused: %s, buffer full: %s): fetching it again",
+                    tp.topic, tp.partition, committed(tp), ends.get(tp), STALL_PATIENCE_S,
+                    tp in consumer._paused_partitions, tp in consumer._buffered_partitions,
+                )  # fmt: skip
+                consumer.resume_partitions({tp})
+                consumer.on_buffer_drop(tp)
+
     @app.task
     async def sequence() -> None:
         await run_sequencer(settings, bootstrap, config, buffer, on_emitted=metrics.samples.inc)
@@ -350,6 +381,8 @@ def create_streams_app(
 
 
 TICK_HEADER = "forge-group-tick"
+STALL_PATIENCE_S = 30.0
+"""How long an owned partition may go unfetched with records to read (``stall_watch``)."""
 
 
 def ended_topic(app_id: str) -> str:

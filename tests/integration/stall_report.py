@@ -14,6 +14,7 @@ from infra.kafka_clients import admin_client, sync_consumer
 from schemas import codec
 from schemas.errors import SchemaError
 from schemas.records import Envelope, RolloutStarted, Trajectory
+from streams.app import ended_topic
 from streams.tables import TABLES
 
 
@@ -63,6 +64,7 @@ def stall_report(kafka: str, env: Mapping[str, str]) -> str:
         f"committed offsets: {committed!r}"[:800],
     ]  # fmt: skip
     changelogs = {t: _messages(kafka, f"{app}-{t}-changelog") for t in TABLES}
+    ended = _messages(kafka, ended_topic(app))
     for rid in unscored[:6]:
         group = groups.get(rid, "?")
         lines.append(f"{rid} (group {group}): {' '.join(events[rid])}")
@@ -75,4 +77,10 @@ def stall_report(kafka: str, env: Mapping[str, str]) -> str:
                                  for k in keys)
             ]  # fmt: skip
             lines.append(f"  {table}: {' '.join(hits) or 'nothing'}")
+        sent = [
+            f"p{m.partition}@{m.offset}"
+            for m in ended
+            if m.key == group.encode() and rid.encode() in m.value
+        ]
+        lines.append(f"  {ended_topic(app)}: its bundle at {' '.join(sent) or 'nowhere'}")
     return "\n".join(lines)

@@ -141,12 +141,14 @@ def run_until_complete(kafka, cmd, env, train, expected: int):
     while len(train_samples(kafka, train.name)) < expected:
         assert worker.poll() is None, worker.log_tail()
         if time.monotonic() > deadline:
+            worker.send_signal(signal.SIGUSR1)  # mode's worker logs every thread and task
+            time.sleep(3)
             worker.send_signal(signal.SIGTERM)
             worker.wait(30)
             reached = len(train_samples(kafka, train.name))
             pytest.fail(
-                f"the worker did not finish ({reached}/{expected}): {worker.log_tail()}\n"
-                f"{stall_report(kafka, env)}"
+                f"the worker did not finish ({reached}/{expected}): {stall_report(kafka, env)}"
+                f"\n{worker.log_tail(20000)}"
             )
         time.sleep(0.5)
     time.sleep(3)  # nothing more may come
