@@ -317,9 +317,11 @@ def create_streams_app(
     @app.timer(interval=STALL_PATIENCE_S / 3)
     async def refetch_stalled_partitions() -> None:
         """An owned partition Faust stopped fetching is named and fetched again
-        (``streams.stall_watch``); never during a rebalance or a recovery."""
+        (``streams.stall_watch``); never while a table recovery runs. (Faust's rebalancing
+        flag is no guard: a recovery that finds a newer generation returns without clearing
+        it or resuming the partitions it paused — in the stall seen, for good.)"""
         consumer = cast(Any, app.consumer)
-        if app.rebalancing or app.in_recovery:
+        if app.in_recovery:
             return
         streams = {tp for tp in consumer.assignment() if not tp.topic.endswith("-changelog")}
         stalls.keep_only(streams)
