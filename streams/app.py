@@ -317,9 +317,10 @@ def create_streams_app(
     @app.timer(interval=STALL_PATIENCE_S / 3)
     async def refetch_stalled_partitions() -> None:
         """An owned partition Faust stopped fetching is named and fetched again
-        (``streams.stall_watch``); never while a table recovery runs. (Faust's rebalancing
-        flag is no guard: a recovery that finds a newer generation returns without clearing
-        it or resuming the partitions it paused — in the stall seen, for good.)"""
+        (``streams.stall_watch``); never while a table recovery runs. Faust's rebalancing
+        flag is no guard: its recovery, finding a newer generation, returns without clearing
+        it (faust/tables/recovery.py), and a first version guarded by it never ran in a
+        stall."""
         consumer = cast(Any, app.consumer)
         if app.in_recovery:
             return
