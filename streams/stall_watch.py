@@ -38,11 +38,9 @@ class StallWatch(Generic[P]):
         self, partition: P, committed: int | None, end: int | None, fetched: bool, now: float
     ) -> bool:
         seen = self._seen.get(partition)
-        if seen is None or seen.committed != committed:
-            self._seen[partition] = seen = _Progress(committed, now)
         behind = end is not None and (committed or 0) < end
-        if fetched or not behind:
-            self._seen[partition] = _Progress(committed, now)
+        if fetched or not behind or seen is None or seen.committed != committed:
+            self._seen[partition] = _Progress(committed, now)  # patience starts (again)
             return False
         return now - seen.since >= self.patience_s
 
