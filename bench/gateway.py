@@ -16,6 +16,7 @@ import argparse
 import json
 import os
 import re
+import resource
 import shutil
 import subprocess
 import sys
@@ -150,6 +151,28 @@ def start(mode: str, port: int, bootstrap: str, topics: list[str], tok: Path) ->
     raise RuntimeError(f"{mode} server did not start")
 
 
+def cpu_seconds(pid: int) -> float:
+    times = psutil.Process(pid).cpu_times()
+    return times.user + times.system
+
+
+def measured(
+    url: str, paths: list[str], headers: dict[str, str], body: str, args, pids: dict[str, int]
+) -> dict[str, float]:
+    """A wrk run, and the CPU each process spent in it, in ms per call: where the time of a
+    server on 2 shared cores goes (wrk itself is a waited-for child: RUSAGE_CHILDREN)."""
+    before = {name: cpu_seconds(pid) for name, pid in pids.items()}
+    children = resource.getrusage(resource.RUSAGE_CHILDREN)
+    result = run_wrk(url, paths, headers, body, args)
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    calls = result["rps"] * args.duration
+    for name, pid in pids.items():
+        result[f"cpu {name}"] = (cpu_seconds(pid) - before[name]) * 1000 / calls
+    wrk_s = after.ru_utime + after.ru_stime - children.ru_utime - children.ru_stime
+    result["cpu wrk"] = wrk_s * 1000 / calls
+    return result
+
+
 def watch_peak_rss(pid: int, stop: threading.Event, peak: list[int]) -> None:
     proc = psutil.Process(pid)
     while not stop.is_set():
@@ -182,12 +205,13 @@ def main() -> None:
 
     console = Console(width=160)
     home = Path(tempfile.mkdtemp(prefix="forge-bench-"))
-    broker = None
+    broker, broker_pid = None, None
     bootstrap = os.environ.get("FORGE_KAFKA_BOOTSTRAP")
     if bootstrap is None:
         broker = LocalBroker(home / "kafka", version="4.4.0", cache_dir=InfraSettings().cache_dir,
                              port=0, controller_port=0)  # fmt: skip
-        bootstrap = broker.up().bootstrap
+        state = broker.up()
+        bootstrap, broker_pid = state.bootstrap, state.pid
     suffix = str(int(time.time()))
     specs = tuple(TopicSpec(f"bench.{s.name}.{suffix}", s.record, s.partitions, s.configs)
                   for s in (EVENTS, QUEUE, POLICY))  # fmt: skip
@@ -212,20 +236,28 @@ def main() -> None:
         console.print(
             f"wrk: {args.connections} connections, {args.duration}s each, Kafka {bootstrap}"
         )
-        direct = run_wrk(
-            f"http://127.0.0.1:{direct_port}", ["/v1/chat/completions"], headers, body, args
-        )
+        broker_cpu = {} if broker_pid is None else {"broker": broker_pid}
+        direct = measured(
+            f"http://127.0.0.1:{direct_port}", ["/v1/chat/completions"], headers, body, args,
+            {"server": procs[0].pid, **broker_cpu},
+        )  # fmt: skip
         stop, peak = threading.Event(), [0]
         watcher = threading.Thread(target=watch_peak_rss, args=(procs[1].pid, stop, peak))
         watcher.start()
-        gateway = run_wrk(f"http://127.0.0.1:{gw_port}", paths, headers, body, args)
+        gateway = measured(
+            f"http://127.0.0.1:{gw_port}", paths, headers, body, args,
+            {"server": procs[1].pid, **broker_cpu},
+        )  # fmt: skip
         stop.set()
         watcher.join()
-        table = Table("server", "calls/s", "p50 ms", "p99 ms", "non-2xx")
+        cpu = ["server", "wrk", *broker_cpu]
+        table = Table("server", "calls/s", "p50 ms", "p99 ms", "non-2xx",
+                      *(f"CPU ms/call: {name}" for name in cpu))  # fmt: skip
         for name, r in (("direct fake engine", direct), ("gateway (durable produce)", gateway)):
             table.add_row(
-                name, f"{r['rps']:.0f}", f"{r['p50']:.2f}", f"{r['p99']:.2f}", f"{r['errors']:.0f}"
-            )
+                name, f"{r['rps']:.0f}", f"{r['p50']:.2f}", f"{r['p99']:.2f}", f"{r['errors']:.0f}",
+                *(f"{r[f'cpu {n}']:.3f}" for n in cpu),
+            )  # fmt: skip
         console.print(table)
         console.print(
             f"added latency: p50 {gateway['p50'] - direct['p50']:.2f} ms, "
