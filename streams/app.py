@@ -1,19 +1,21 @@
 """The live Faust worker: assemble rollouts, score complete groups, sequence, sink.
 
-- ``assemble`` (forge.events, keyed by rollout): each raw event is stored once in a table
-  with a changelog, beside a small per-rollout index (dedup by event_id); when the rollout
-  ends, its events go as one bundle to an internal topic keyed by group.
-- ``score`` (internal topic, keyed by group): each member's bundle is stored once under its
-  own key, next to the group's member list; a complete group is scored and its trajectories
-  go to forge.trajectories (and their calls to the calls table).
+- ``assemble`` (forge.events, keyed by rollout): open rollouts are held in memory
+  (``streams.open_rollouts``); when one ends, its events go as one bundle to an internal topic
+  keyed by group.
+- ``score`` (internal topic, keyed by group): open groups are held in memory
+  (``streams.group_scorer``); a complete group is scored, its trajectories go to
+  forge.trajectories (and their calls to the calls table), then its mark to a compacted topic.
 - ``sequence`` (a task over forge.queue, forge.trajectories and forge.policy): the
   event-time sequencer, active in one worker of the group at a time, fenced by the broker and
   exact across restarts by sample identity (``streams.live_sequencer``); it writes the
   rollouts table.
-Undecodable records go to forge.dlq with the reason, and so do rollouts that cannot be scored:
-larger than one message, with a non-finite reward input, or ended after their group's timeout.
-The tables' protocol lives in ``streams.tables``, the settle rule in ``streams.groups``, the
-event time timeouts are judged at in ``streams.watermarks``; this module only wires them.
+No table, no changelog: each input partition is the log of the state built from it, committed
+only up to the first message of anything still held (``streams.commit_floor``) — Faust's own
+acks and commits are off for these topics — and read again from there after a restart or a
+rebalance (``streams.live_state``). Undecodable records go to forge.dlq with the reason, and so
+do rollouts that cannot be scored: larger than one message, with a non-finite reward input,
+ended after their group's timeout, or never ended. This module only wires the pure cores.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ import asyncio
 import logging
 import time
 from datetime import UTC, datetime, timedelta
+from functools import partial
 from typing import Any, TypeVar, cast
 
 import faust
@@ -31,38 +34,31 @@ from faust.types import TP
 
 from infra.analytics import analytics_client, ensure_tables
 from infra.config import InfraSettings
-from infra.kafka_clients import decode_message, ensure_topics, topic_partitions
+from infra.kafka_clients import async_consumer, decode_message, ensure_topics, topic_partitions
 from infra.metrics_server import StreamsMetrics, serve_metrics
 from schemas import codec
 from schemas.records import DeadLetter, Envelope, Record, TrainStep
 from schemas.topics import DLQ, EVENTS, MAX_MESSAGE_BYTES, TopicSpec
 from streams import bundles
-from streams.after_commit import AfterCommit
 from streams.config import StreamsSettings, load_pipeline_config
-from streams.groups import GroupScorer
+from streams.deliveries import Deliveries
+from streams.group_scorer import GroupScorer
 from streams.live_sequencer import run_sequencer
-from streams.recovery_seek import read_unknown_starts_from_the_beginning
+from streams.live_state import Generations, LiveState, ScorerPartition
+from streams.open_rollouts import EndedRollout, OpenRollouts
+from streams.settled_groups import SettledGroups, SettledMark, read_marks
 from streams.sinks import SinkBuffer, call_rows
 from streams.sql_endpoint import open_endpoint
 from streams.stall_watch import StallWatch
-from streams.tables import TABLES, GroupTables, OpenRollouts
-from streams.watermarks import (
-    WATERMARK_HEADER,
-    EventsProgress,
-    SharedHorizon,
-    Watermark,
-    combined,
-)
+from streams.watermarks import WATERMARK_HEADER, EventsProgress, SharedHorizon, Watermark
 
 log = logging.getLogger(__name__)
 R = TypeVar("R", bound=Record)
 
 
 class FlushSinkBeforeCommit(faust.Sensor):  # type: ignore[misc]
-    """Inserts the buffered rows as a commit begins, before it takes the acknowledged offsets:
-    a committed event's rows are stored (unless the store is down: then they wait in the
-    buffer), so a kill -9 right after a commit no longer loses the calls rows of a group whose
-    bundles will not be read again."""
+    """Inserts the buffered rows as one of Faust's own commits (forge.metrics) begins: a
+    committed step's row is stored unless the store is down (then it waits in the buffer)."""
 
     def __init__(self, buffer: SinkBuffer) -> None:
         super().__init__()
@@ -76,9 +72,8 @@ def create_streams_app(
     settings: StreamsSettings, bootstrap: str, infra: InfraSettings
 ) -> faust.App:
     config = load_pipeline_config(settings.pipeline_file)
-    read_unknown_starts_from_the_beginning()  # a broker restart crashed Faust's recovery
-    # The tables are partitioned as forge.events is (the assembler writes them keyed by
-    # rollout), and the scorer's topic alike: grown partitions need a new app_id.
+    # The scorer's topic is partitioned as forge.events is when the group first starts (and
+    # the marks beside it): grown partitions need a new app_id.
     partitions = len(topic_partitions(bootstrap, (settings.events_topic,))) or EVENTS.partitions
     app = faust.App(
         settings.app_id,
@@ -99,7 +94,6 @@ def create_streams_app(
         broker_session_timeout=10.0,
         broker_heartbeat_interval=3.0,
     )
-    events = app.topic(settings.events_topic, key_type=bytes, value_type=bytes)
     # Faust's assignor ignores a topic missing from metadata at the first rebalance; on a loaded
     # machine that once lost the bundles sent meanwhile. Created up front, nothing is missing.
     ensure_topics(
@@ -107,37 +101,33 @@ def create_streams_app(
         internal_topics(settings.app_id, partitions),
         timeout_s=infra.kafka_connect_timeout_s,
     )
-    ended = app.topic(ended_topic(settings.app_id), key_type=bytes, value_type=bytes,
-                      partitions=partitions, internal=True)  # fmt: skip
+    scorer_topic, marks_topic = ended_topic(settings.app_id), settled_topic(settings.app_id)
+    # acks=False: Faust never commits these; the floors are committed below.
+    events = app.topic(settings.events_topic, key_type=bytes, value_type=bytes, acks=False)
+    ended = app.topic(scorer_topic, key_type=bytes, value_type=bytes, partitions=partitions,
+                      internal=True, acks=False)  # fmt: skip
+    marks = app.topic(marks_topic, key_type=bytes, value_type=bytes, partitions=partitions,
+                      internal=True)  # fmt: skip
     trajectories = app.topic(settings.trajectories_topic, key_type=bytes, value_type=bytes)
     dlq = app.topic(DLQ.name, key_type=bytes, value_type=bytes)
-    # Keys and values are bytes on both sides: a str key would not survive changelog recovery.
-    tables: dict[str, Any] = {
-        "default": bytes,
-        "partitions": partitions,
-        "key_type": bytes,
-        "value_type": bytes,
-    }
-    rollout_index, rollout_events, group_members, member_bundles, scored_groups = (
-        app.Table(t, **tables) for t in TABLES
+
+    timeout = timedelta(seconds=config.group_timeout_s)
+    lateness = timedelta(seconds=settings.lateness_s)
+    generations = Generations(
+        lambda generation: LiveState(
+            generation, OPEN_ROLLOUT_LIMIT * timeout, EventsProgress(settings.idle_flush_s)
+        )
     )
-    rollouts = OpenRollouts(rollout_index, rollout_events)
-    groups = GroupScorer(
-        GroupTables(group_members, member_bundles, scored_groups),
-        timedelta(seconds=config.group_timeout_s),
-        config.rewards,
-    )
+    deliveries = Deliveries()
     metrics = StreamsMetrics(
         app.monitor,
         events_topic=settings.events_topic,
         trajectories_topic=settings.trajectories_topic,
-        open_groups=lambda: len(groups.tables.open_groups()),
+        open_groups=lambda: sum(
+            s.groups.open_groups for s in _scorers(generations.current(_generation(app)))
+        ),
     )
     serve_metrics(metrics.registry, infra.metrics_port, infra.metrics_bind)
-    progress = EventsProgress(settings.idle_flush_s)
-    lateness = timedelta(seconds=settings.lateness_s)
-    horizons: dict[int, SharedHorizon] = {}
-    """Per partition of ``ended`` this worker scores, its view of every events partition."""
     sink = analytics_client(infra) if settings.sink else None
     buffer = SinkBuffer(sink) if sink is not None else None
     if sink is not None:
@@ -145,51 +135,18 @@ def create_streams_app(
     if buffer is not None:
         app.sensors.add(FlushSinkBeforeCommit(buffer))
 
-    closing: AfterCommit[str] = AfterCommit()
-    """Ended rollouts, held until the message that ended them is committed."""
-    forgetting: AfterCommit[bytes] = AfterCommit()
-    """Settled groups, held until the message that settled them is committed."""
-    unswept: set[int] = set()
-    """forge.events partitions gained whose ended rollouts (a previous owner's) are not held."""
-    owned_before: set[TP] = set()
-
-    def committed(tp: TP) -> int | None:
-        """The partition's committed offset (the next a restart reads). Faust 0.15 keeps it as
-        it commits, with no public accessor."""
-        offsets = cast(Any, app.consumer)._committed_offset
-        return cast(int | None, offsets.get(tp))
-
-    async def held_for_owned_partitions(sender: Any, assigned: set[TP], **kwargs: Any) -> None:
-        """Deletions held for partitions lost are dropped (their new owner finds the state in
-        the tables); a gained events partition's ended rollouts are looked for on its first
-        event, once its tables are recovered."""
-        gained = assigned - owned_before
-        owned_before.clear()
-        owned_before.update(assigned)
-        closing.keep_only(tp.partition for tp in assigned if tp.topic == settings.events_topic)
-        unswept.update(tp.partition for tp in gained if tp.topic == settings.events_topic)
-        scorer_topic = ended_topic(settings.app_id)
-        groups.drop(
-            forgetting.keep_only(tp.partition for tp in assigned if tp.topic == scorer_topic)
-        )
-
-    def close_committed_rollouts(message: Any) -> None:
-        if message.partition in unswept:
-            unswept.discard(message.partition)
-            for offset, rollout_id in rollouts.ended_in(message.partition):
-                closing.hold(message.partition, offset, rollout_id)
-        for rollout_id in closing.release(message.partition, committed(message.tp)):
-            rollouts.close(rollout_id)
-
     async def send_dead_letter(letter: DeadLetter) -> None:
         """Acknowledged before the agent moves on: nothing is dropped silently."""
         await (await dlq.send(key=letter.key, value=codec.encode(letter)))
 
-    async def dead_letter(message: Any, reason: str, value: bytes | None = None) -> None:
+    async def dead_letter(
+        message: Any, reason: str, value: bytes | None = None, offset: int | None = None
+    ) -> None:
         await send_dead_letter(DeadLetter(
-            source_topic=message.topic, partition=message.partition, offset=message.offset,
-            reason=reason, consumer=settings.app_id, ts=datetime.now(UTC),
-            key=message.key, value=message.value if value is None else value,
+            source_topic=message.topic, partition=message.partition,
+            offset=message.offset if offset is None else offset, reason=reason,
+            consumer=settings.app_id, ts=datetime.now(UTC), key=message.key,
+            value=message.value if value is None else value,
         ))  # fmt: skip
 
     async def decoded(event: Any, record_type: type[R]) -> R | None:
@@ -206,29 +163,71 @@ def create_streams_app(
         assert isinstance(result.record, record_type)
         return result.record
 
+    async def send_bundle(rollouts: OpenRollouts, done: EndedRollout, message: Any) -> None:
+        reason = bundles.oversize(done.rollout_id, len(done.bundle))
+        if reason is not None:
+            await dead_letter(message, reason)
+            rollouts.sent(done.rollout_id)
+            return
+        await deliveries.send(
+            [partial(ended.send, key=done.group, value=done.bundle)],
+            then=partial(rollouts.sent, done.rollout_id),
+        )
+
     @app.agent(events)
     async def assemble(stream: faust.StreamT) -> None:
-        """Each event is stored once; an ended rollout's events go on as one bundle to the
-        group's partition of ``ended`` — or, larger than a message, to forge.dlq."""
+        """Each event joins its open rollout; an ended rollout's events go on as one bundle to
+        the group's partition of ``ended`` — or, larger than a message, to forge.dlq."""
         async for event in stream.events():
             message = event.message
-            close_committed_rollouts(message)
+            state = generations.at(message.generation_id)
+            if state is None:
+                continue  # read in a generation gone: it is read again from the floor
+            rollouts = state.rollouts_of(message.partition)
             envelope = await decoded(event, Envelope)
             if envelope is None:
-                progress.processed(message.partition, message.offset, None, time.monotonic())
-                continue
-            done = rollouts.add(envelope, event.value, message.partition, message.offset)
-            if done is not None:
-                reason = bundles.oversize(done.rollout_id, len(done.bundle))
-                if reason is None:
-                    await ended.send(key=done.group, value=done.bundle)
-                else:
-                    await dead_letter(message, reason)
-                rollouts.end(done.rollout_id, message.partition, message.offset)
-                closing.hold(message.partition, message.offset, done.rollout_id)
-            # After its bundle is on its way: a watermark sent later follows it in the log.
-            progress.processed(event.message.partition, event.message.offset, envelope.ts,
-                               time.monotonic())  # fmt: skip
+                rollouts.floor.processed(message.offset)
+            else:
+                done = rollouts.add(message.offset, envelope, event.value)
+                if done is not None:
+                    await send_bundle(rollouts, done, message)
+                for expired in rollouts.expire():
+                    await dead_letter(message, expired.reason, value=b"", offset=expired.offset)
+            # After its bundle is handed over: a watermark sent later follows it in the log.
+            state.progress.processed(message.partition, message.offset,
+                                     None if envelope is None else envelope.ts,
+                                     time.monotonic())  # fmt: skip
+
+    async def scorer_of(state: LiveState, partition: int) -> ScorerPartition:
+        """The partition's scorer, its marks loaded first (once per generation)."""
+        found = state.scorers.get(partition)
+        if found is not None:
+            return found
+        settled = SettledGroups(MARK_KEEP * timeout)
+        reader = async_consumer(bootstrap, enable_auto_commit=False)
+        await reader.start()
+        try:
+            records = await read_marks(reader, marks_topic, partition)
+        finally:
+            await reader.stop()
+        for record, reason in settled.load(records):
+            await send_dead_letter(DeadLetter(
+                source_topic=marks_topic, partition=partition, offset=record.offset,
+                reason=reason, consumer=settings.app_id, ts=datetime.now(UTC),
+                key=record.key, value=record.value,
+            ))  # fmt: skip
+        found = ScorerPartition(
+            GroupScorer(timeout, config.rewards, settled), SharedHorizon(lateness)
+        )
+        return state.scorers.setdefault(partition, found)
+
+    async def send_mark(groups: GroupScorer, partition: int, group: bytes,
+                        mark: SettledMark) -> None:  # fmt: skip
+        """After the group's trajectories: its mark, then the floor may pass it."""
+        await deliveries.send(
+            [partial(marks.send, key=group, value=mark.encode(), partition=partition)],
+            then=partial(groups.marked, group),
+        )
 
     @app.agent(ended)
     async def score(stream: faust.StreamT) -> None:
@@ -237,41 +236,46 @@ def create_streams_app(
         with a watermark header an events partition's progress (``send_watermarks``)."""
         async for event in stream.events():
             message = event.message
-            for group in forgetting.release(message.partition, committed(message.tp)):
-                groups.forget(group)
+            state = generations.at(message.generation_id)
+            if state is None:
+                continue
+            scorer = await scorer_of(state, message.partition)
+            groups = scorer.groups
             headers = event.headers or {}
             try:
                 mark = headers.get(WATERMARK_HEADER)
                 if mark is not None:
-                    horizon_of(event.message.partition).saw(Watermark.decode(bytes(mark)))
+                    scorer.horizon.saw(Watermark.decode(bytes(mark)))
+                    groups.floor.processed(message.offset)
                     continue
                 tick = headers.get(TICK_HEADER)
                 horizon = None if tick is None else datetime.fromisoformat(bytes(tick).decode())
-            except ValueError as error:
-                await dead_letter(event.message, f"bad control header: {error}")
+                if event.key is None:
+                    raise ValueError("no group key")
+                settled = groups.offer(message.offset, event.key, event.value or b"", horizon)
+            except (ValueError, bundles.BadBundleError) as error:
+                await dead_letter(message, f"not a member's bundle or a tick: {error}")
+                groups.floor.processed(message.offset)
                 continue
-            settled = groups.offer(event.key, event.value, horizon)
             if settled is None:
                 continue
             for bundle, reason in settled.dead:
-                await dead_letter(event.message, reason, value=bundle)
-            for trajectory in settled.trajectories:
-                await trajectories.send(key=event.key, value=codec.encode(trajectory))
+                await dead_letter(message, reason, value=bundle)
             if buffer is not None:  # rollout rows come from the sequencer: the first scoring
                 buffer.add(calls=call_rows(e for m in settled.present for e in m.events.events))
-            groups.close(event.key, settled)
-            if settled.closes:
-                forgetting.hold(message.partition, message.offset, event.key)
-
-    def horizon_of(partition: int) -> SharedHorizon:
-        return horizons.setdefault(partition, SharedHorizon(lateness))
+            if settled.mark is not None:
+                await deliveries.send(
+                    [partial(trajectories.send, key=event.key, value=codec.encode(t))
+                     for t in settled.trajectories],
+                    then=partial(send_mark, groups, message.partition, event.key, settled.mark),
+                )  # fmt: skip
 
     def owned(topic: str) -> set[int]:
         return {tp.partition for tp in app.consumer.assignment() if tp.topic == topic}
 
-    async def send_watermark_round() -> None:
+    async def send_watermark_round(state: LiveState) -> None:
         mine = owned(settings.events_topic)
-        progress.keep_only(mine)
+        state.progress.keep_only(mine)
         tps = [TP(settings.events_topic, p) for p in sorted(mine)]
         if not tps:
             return
@@ -279,7 +283,7 @@ def create_streams_app(
         sent = []
         for tp in tps:
             position = await app.consumer.position(tp)
-            mark = progress.mark(tp.partition, ends.get(tp), position, time.monotonic())
+            mark = state.progress.mark(tp.partition, ends.get(tp), position, time.monotonic())
             header = {WATERMARK_HEADER: mark.encode()}
             for target in range(partitions):
                 sent.append(await ended.send(value=b"", partition=target, headers=header))
@@ -292,41 +296,67 @@ def create_streams_app(
         written before the next one's check, as the horizon's rule needs."""
         while True:
             await asyncio.sleep(settings.group_check_s)
+            state = generations.at(_generation(app))
+            if state is None:
+                continue
             try:
-                await send_watermark_round()
+                await send_watermark_round(state)
             except (KafkaError, ConsumerNotStarted, TimeoutError) as error:
                 log.warning("watermarks skipped this round: %s", error)  # the broker away
 
     @app.timer(interval=settings.group_check_s)
     async def expire_groups() -> None:
-        """Open groups past their timeout get a tick on their own partition (tables change
-        only inside the agent owning the key), carrying the event time it may assume: the
-        shared horizon of every partition of ``ended`` this worker scores."""
-        scored = owned(ended_topic(settings.app_id))
-        for partition in set(horizons) - scored:
-            del horizons[partition]
-        horizon = combined([horizon_of(p).horizon(partitions) for p in sorted(scored)])
-        if horizon is None:
+        """Open groups past their timeout get a tick on their own partition (groups change
+        only inside the agent), carrying the event time it may assume: the horizon of that
+        partition; marks past keeping are forgotten, in the topic too."""
+        state = generations.current(_generation(app))
+        for partition, scorer in list(state.scorers.items() if state else ()):
+            horizon = scorer.horizon.horizon(partitions)
+            if horizon is None:
+                continue
+            header = {TICK_HEADER: horizon.isoformat().encode()}
+            for key in scorer.groups.due(horizon):
+                await ended.send(key=key, value=b"", partition=partition, headers=header)
+            for group in scorer.groups.settled.prune(horizon):
+                await marks.send(key=group, value=None, partition=partition,
+                                 value_serializer="raw")  # fmt: skip
+
+    async def commit_floors(state: LiveState | None) -> None:
+        """Commit each partition's floor (``streams.commit_floor``) that moved; the sink's
+        rows first, so a committed event's rows are stored (unless the store is down)."""
+        if state is None:
             return
-        header = {TICK_HEADER: horizon.isoformat().encode()}
-        for key in groups.due(horizon):
-            await ended.send(key=key, value=b"", headers=header)
+        floors = state.floors(settings.events_topic, scorer_topic)
+        if not floors:
+            return
+        if buffer is not None:
+            buffer.flush()
+        consumer = cast(Any, app.consumer)
+        if await consumer._commit({TP(t, p): offset for (t, p), offset in floors.items()}):
+            state.committed.update(floors)
+
+    @app.timer(interval=COMMIT_INTERVAL_S)
+    async def commit_regularly() -> None:
+        await commit_floors(generations.current(_generation(app)))
+
+    @app.on_partitions_revoked.connect  # type: ignore[arg-type]
+    async def commit_before_revoke(sender: Any, revoked: set[TP], **kwargs: Any) -> None:
+        """The next owner (maybe this worker) reads again from the floors committed here."""
+        await commit_floors(generations.current(_generation(app)))
 
     stalls: StallWatch[TP] = StallWatch(STALL_PATIENCE_S)
 
     @app.timer(interval=STALL_PATIENCE_S / 3)
     async def refetch_stalled_partitions() -> None:
         """An owned partition Faust stopped fetching is named and fetched again
-        (``streams.stall_watch``); never while a table recovery runs. Faust's rebalancing
-        flag is no guard: its recovery, finding a newer generation, returns without clearing
-        it (faust/tables/recovery.py), and a first version guarded by it never ran in a
-        stall."""
+        (``streams.stall_watch``)."""
         consumer = cast(Any, app.consumer)
-        if app.in_recovery:
-            return
-        streams = {tp for tp in consumer.assignment() if not tp.topic.endswith("-changelog")}
+        state = generations.current(_generation(app))
+        streams = {
+            tp for tp in consumer.assignment() if tp.topic in (settings.events_topic, scorer_topic)
+        }
         stalls.keep_only(streams)
-        if not streams:
+        if not streams or state is None:
             return
         try:
             ends = await consumer.highwaters(*streams)
@@ -335,11 +365,12 @@ def create_streams_app(
         fetched = consumer._get_active_partitions()  # Faust 0.15: no public accessor
         now = time.monotonic()
         for tp in sorted(streams):
-            if stalls.stalled(tp, committed(tp), ends.get(tp), tp in fetched, now):
+            reached = state.reached(settings.events_topic, scorer_topic, tp.topic, tp.partition)
+            if stalls.stalled(tp, reached, ends.get(tp), tp in fetched, now):
                 log.warning(
                     "%s:%d has records past offset %s (end %s) that Faust has not fetched for "
                     "%.0f s (paused: %s, buffer full: %s): fetching it again",
-                    tp.topic, tp.partition, committed(tp), ends.get(tp), STALL_PATIENCE_S,
+                    tp.topic, tp.partition, reached, ends.get(tp), STALL_PATIENCE_S,
                     tp in consumer._paused_partitions, tp in consumer._buffered_partitions,
                 )  # fmt: skip
                 consumer.resume_partitions({tp})
@@ -384,22 +415,38 @@ def create_streams_app(
 
 
 TICK_HEADER = "forge-group-tick"
+COMMIT_INTERVAL_S = 1.0
 STALL_PATIENCE_S = 30.0
 """How long an owned partition may go unfetched with records to read (``stall_watch``)."""
+OPEN_ROLLOUT_LIMIT = 2
+"""Group timeouts of event time after its start that a rollout not ended is let go at."""
+MARK_KEEP = 3
+"""Group timeouts past its deadline that a settled group's mark is kept: past the longest a
+rollout is held open, so nothing of the group can arrive later."""
+
+
+def _generation(app: faust.App) -> int:
+    return cast(int, app.consumer_generation_id)
+
+
+def _scorers(state: LiveState | None) -> list[ScorerPartition]:
+    return [] if state is None else list(state.scorers.values())
 
 
 def ended_topic(app_id: str) -> str:
     return f"{app_id}.rollouts-ended"
 
 
+def settled_topic(app_id: str) -> str:
+    return f"{app_id}.groups-settled"
+
+
 def internal_topics(app_id: str, partitions: int) -> tuple[TopicSpec, ...]:
-    """The worker's internal topic and its tables' changelogs (bundles of raw events)."""
+    """The worker's internal topic (bundles of raw events) and the marks of settled groups."""
     configs = {"compression.type": "zstd", "max.message.bytes": str(MAX_MESSAGE_BYTES)}
-    changelog = {**configs, "cleanup.policy": "compact"}
     return (
         TopicSpec(ended_topic(app_id), Envelope, partitions, configs),
-        *(
-            TopicSpec(f"{app_id}-{table}-changelog", Envelope, partitions, changelog)
-            for table in TABLES
+        TopicSpec(
+            settled_topic(app_id), Envelope, partitions, {**configs, "cleanup.policy": "compact"}
         ),
     )

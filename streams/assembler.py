@@ -1,7 +1,8 @@
 """Per-rollout assembly of the event log into an unscored trajectory (pure).
 
 Events of one rollout arrive in log order (one partition per rollout key); duplicates from
-at-least-once delivery are dropped by event_id. Events named by an EventsVoided were answered
+at-least-once delivery are dropped by event_id, and so is anything before the rollout's
+RolloutStarted or after its end (``admits``). Events named by an EventsVoided were answered
 with an error to the agent (they reached the log late, through the producer's retries), so
 they are in no trajectory; the gateway writes the void before the rollout's next event.
 Choice k > 0 of a call with n > 1 becomes its own trajectory call ``<call_id>#<k>``, so parent
@@ -31,11 +32,16 @@ def sequence_id(call_id: str, choice: int) -> str:
     return call_id if choice == 0 else f"{call_id}#{choice}"
 
 
-def admits(event_ids: Container[str], ended: bool, envelope: Envelope) -> bool:
+def admits(event_ids: Container[str], started: bool, ended: bool, envelope: Envelope) -> bool:
     """The one admission rule of a rollout's events, for the assembly here and the live
-    worker's index (``streams.tables.RolloutIndex``): each event once, by event_id (delivery
-    is at least once), and nothing after the rollout ended."""
-    return not ended and envelope.event_id not in event_ids
+    worker's open rollouts (``streams.open_rollouts``): nothing before its RolloutStarted,
+    each event once by event_id (delivery is at least once), nothing after the end. Nothing
+    before the start is what lets the live worker rebuild its rollouts by reading a partition
+    again from its commit floor: a rollout whose start lies before the floor ended before it,
+    and what of it follows is not to be assembled again."""
+    if ended or envelope.event_id in event_ids:
+        return False
+    return started or isinstance(envelope.payload, RolloutStarted)
 
 
 def is_end(envelope: Envelope) -> bool:
@@ -77,12 +83,12 @@ class RolloutAssembly:
     ended: Envelope | None = None
 
     def add(self, envelope: Envelope) -> bool:
-        """Record an event; False for a duplicate or anything after the rollout ended."""
-        if not admits(self.event_ids, self.ended is not None, envelope):
+        """Record an event; False for a duplicate, or anything before its start or after its end."""
+        if not admits(self.event_ids, self.started is not None, self.ended is not None, envelope):
             return False
         self.event_ids.add(envelope.event_id)
         self.events.append(envelope)
-        if isinstance(envelope.payload, RolloutStarted) and self.started is None:
+        if self.started is None:
             self.started = envelope
         if is_end(envelope):
             self.ended = envelope

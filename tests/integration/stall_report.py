@@ -1,8 +1,8 @@
 """What a live worker that stopped short left behind, for a test's failure message: each
-rollout in forge.events without a trajectory, with its events and what the worker's table
-changelogs hold of it and its group. A stall after a kill -9 is rare (3 in 13 runs of the
-streams worker tests in session 9) and cannot be rerun to order, so the failure has to carry
-the evidence."""
+rollout in forge.events without a trajectory, with its events, where its bundle went on the
+scorer's topic and whether its group was marked settled. A stall after a kill -9 is rare (3 in
+13 runs of the streams worker tests in session 9) and cannot be rerun to order, so the failure
+has to carry the evidence."""
 
 from __future__ import annotations
 
@@ -15,12 +15,11 @@ from infra.kafka_clients import Delivered, admin_client, sync_consumer
 from infra.log_reader import LogRange, read_log
 from schemas.records import Envelope, RolloutStarted, Trajectory
 from schemas.topics import EVENTS, TRAJECTORIES, TopicSpec
-from streams.app import ended_topic
-from streams.tables import TABLES
+from streams.app import ended_topic, settled_topic
 
 
-def _messages(kafka: str, topic: str) -> list:  # type: ignore[type-arg]
-    """Raw messages of a topic of bytes (changelogs, the scorer's topic)."""
+def topic_messages(kafka: str, topic: str) -> list:  # type: ignore[type-arg]
+    """Raw messages of a topic of bytes (the scorer's topic, the marks)."""
     consumer = sync_consumer(kafka, enable_auto_commit=False)
     try:
         parts = [
@@ -72,20 +71,17 @@ def stall_report(kafka: str, env: Mapping[str, str]) -> str:
             for tp, meta in sorted(offsets.items())
         ),
     ]  # fmt: skip
-    changelogs = {t: _messages(kafka, f"{app}-{t}-changelog") for t in TABLES}
-    ended = _messages(kafka, ended_topic(app))
+    ended = topic_messages(kafka, ended_topic(app))
+    marks = topic_messages(kafka, settled_topic(app))
     for rid in unscored[:6]:
         group = groups.get(rid, "?")
         lines.append(f"{rid} (group {group}): {' '.join(events[rid])}")
-        for table, messages in changelogs.items():
-            keys = (rid.encode(), f"{rid}\0".encode(), group.encode(), f"{group}\0".encode())
-            hits = [
-                f"{m.key.decode(errors='replace')}@{m.offset}{'' if m.value else ' (deleted)'}"
-                for m in messages
-                if m.key and any(m.key == k or (k.endswith(b"\0") and m.key.startswith(k))
-                                 for k in keys)
-            ]  # fmt: skip
-            lines.append(f"  {table}: {' '.join(hits) or 'nothing'}")
+        marked = [
+            f"p{m.partition}@{m.offset}{'' if m.value else ' (forgotten)'}"
+            for m in marks
+            if m.key == group.encode()
+        ]
+        lines.append(f"  {settled_topic(app)}: its group marked at {' '.join(marked) or 'nowhere'}")
         sent = [
             f"p{m.partition}@{m.offset}"
             for m in ended

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 import numpy as np
+import pytest
 
 from schemas import codec
 from schemas.records import ModelRequest, QueueEntry
@@ -10,7 +13,7 @@ from streams import bundles
 from streams.assembler import RolloutAssembly
 from streams.message_size import MESSAGE_LIMIT, size_bound, too_large
 from streams.pipeline import PipelineConfig, process_log
-from streams.tables import OpenRollouts
+from streams.open_rollouts import OpenRollouts
 from tests.builders import T0, all_records, model_request
 from tests.unit.streams.test_pipeline import env, rollout
 
@@ -23,6 +26,26 @@ def test_a_bundle_assembles_as_the_log_does():
     bundle = bundles.pack(codec.encode(e) for e in events)
     assert [*bundles.messages(bundle)] == [codec.encode(e) for e in events]
     assert bundles.assembly_of(bundle).assemble() == assembly.assemble()
+
+
+def test_anything_but_a_whole_rollout_is_a_bad_bundle():
+    events = rollout("r1", "g7", 2, 0, 0.0, 3.0)
+    whole = bundles.pack(codec.encode(e) for e in events)
+    other = bundles.pack(codec.encode(e) for e in rollout("r2", "g7", 2, 1, 0.0, 3.0))
+    assert bundles.rollout_of(whole) == "r1"
+    for bad in (
+        b"",  # empty
+        whole[:-3],  # cut in a message
+        whole[:2],  # cut in a length
+        bundles.pack([b"garbage"]),  # no event
+        bundles.pack(codec.encode(e) for e in events[:-1]),  # no end
+        bundles.pack(codec.encode(e) for e in events[1:]),  # no start
+        whole + other,  # two rollouts
+    ):
+        with pytest.raises(bundles.BadBundleError):
+            bundles.assembly_of(bad)
+    with pytest.raises(bundles.BadBundleError):
+        bundles.rollout_of(b"")
 
 
 def test_the_size_bound_is_never_below_the_encoding():
@@ -59,8 +82,8 @@ def test_a_rollout_over_one_message_is_oversize_by_either_measure():
 
 def test_the_live_assembler_and_the_replay_leave_out_the_same_oversize_rollout():
     big, small = huge_rollout("big", "gb", 0), rollout("s", "gs", 1, 1, 0.0, 1.0)
-    rollouts = OpenRollouts({}, {})
-    done = [rollouts.add(e, codec.encode(e)) for e in big][-1]
+    rollouts = OpenRollouts(timedelta(hours=1))
+    done = [rollouts.add(i, e, codec.encode(e)) for i, e in enumerate(big)][-1]
     assert done is not None
     assert bundles.oversize(done.rollout_id, len(done.bundle)) is not None  # to forge.dlq
     queue = [(0, QueueEntry("big", "gb", 1, T0)), (1, QueueEntry("s", "gs", 1, T0))]

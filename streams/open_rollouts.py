@@ -1,0 +1,112 @@
+"""The assembler's open rollouts of one forge.events partition, held in memory (pure).
+
+There is no changelog: the partition is their log. An open rollout is held at the offset of
+its RolloutStarted (``streams.commit_floor``) until its bundle is sent on and acknowledged, so
+a restart — or a new owner after a rebalance — reads the partition again from the committed
+floor and rebuilds exactly the rollouts still open. Rollouts that ended after the floor are
+assembled and sent again (the scorer keeps one copy of a member); events of rollouts whose
+start lies before the floor are not admitted (``assembler.admits``): those ended before it.
+
+A rollout not ended ``expire_after`` of the partition's event time after its start is let
+go, so that one agent that never finishes (the gateway aborts it, but a log may hold anything)
+cannot hold the floor, and what a restart reads again, back for ever. Let go at twice the
+group timeout, it is late for its group whenever it ends — unless the clocks of the gateways
+writing its partition differ by more than a group timeout.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+
+from schemas.records import Envelope, RolloutStarted
+from streams import bundles
+from streams.assembler import admits, is_end
+from streams.commit_floor import CommitFloor
+
+
+@dataclass(frozen=True)
+class EndedRollout:
+    rollout_id: str
+    group: bytes
+    """The key of its group's partition of the scorer's topic."""
+    bundle: bytes
+    """Its admitted messages as they arrived (``streams.bundles``)."""
+
+
+@dataclass(frozen=True)
+class ExpiredRollout:
+    rollout_id: str
+    offset: int
+    """Of its RolloutStarted."""
+    reason: str
+
+
+@dataclass
+class _Open:
+    offset: int
+    started_ts: datetime
+    group: str
+    messages: list[bytes]
+    event_ids: set[str] = field(default_factory=set)
+
+
+class OpenRollouts:
+    """One partition's open rollouts and its commit floor."""
+
+    def __init__(self, expire_after: timedelta) -> None:
+        self.expire_after = expire_after
+        self.floor: CommitFloor[str] = CommitFloor()
+        self._open: dict[str, _Open] = {}
+        """In the order they started in the partition."""
+        self._newest: datetime | None = None
+
+    def __len__(self) -> int:
+        return len(self._open)
+
+    def add(self, offset: int, envelope: Envelope, raw: bytes) -> EndedRollout | None:
+        """Admit the event read at ``offset`` (``raw``: its message). The event that ends its
+        rollout returns the rollout's bundle, for the caller to send on and then ``sent``."""
+        self.floor.processed(offset)
+        if self._newest is None or envelope.ts > self._newest:
+            self._newest = envelope.ts
+        rid = envelope.rollout_id
+        rollout = self._open.get(rid)
+        if rollout is None:
+            if not admits((), False, False, envelope) or self.floor.holds(rid):
+                return None  # its start is before the floor, or its bundle is on its way
+            started = envelope.payload
+            assert isinstance(started, RolloutStarted)
+            self._open[rid] = _Open(offset, envelope.ts, started.group_id, [raw],
+                                    {envelope.event_id})  # fmt: skip
+            self.floor.hold(rid, offset)
+            return None
+        if not admits(rollout.event_ids, True, False, envelope):
+            return None
+        rollout.messages.append(raw)
+        rollout.event_ids.add(envelope.event_id)
+        if not is_end(envelope):
+            return None
+        del self._open[rid]
+        return EndedRollout(rid, rollout.group.encode(), bundles.pack(rollout.messages))
+
+    def sent(self, rollout_id: str) -> None:
+        """The rollout's bundle is acknowledged (or dead-lettered): the floor may pass it."""
+        self.floor.release(rollout_id)
+
+    def expire(self) -> list[ExpiredRollout]:
+        """Let go of the rollouts open ``expire_after`` past their start in event time (the
+        oldest first; one started out of order goes when those before it have)."""
+        expired: list[ExpiredRollout] = []
+        if self._newest is None:
+            return expired
+        for rid, rollout in list(self._open.items()):
+            if self._newest - rollout.started_ts <= self.expire_after:
+                break
+            del self._open[rid]
+            self.floor.release(rid)
+            expired.append(ExpiredRollout(rid, rollout.offset, (
+                f"rollout {rid} did not end within {self.expire_after.total_seconds():g} s "
+                "of event time after its start: not scored (its events stay in the log)"
+            )))  # fmt: skip
+        return expired

@@ -1,0 +1,111 @@
+"""What the scorer remembers of the groups it settled: one mark per group, kept in a compacted
+topic beside its input.
+
+A group's members live only in memory until it settles (``streams.group_scorer``). Once its
+outputs are acknowledged the scorer writes the group's mark and lets the commit floor pass
+its messages; from then on the mark alone turns away what still arrives for it — a copy of a
+member (an assembler read its partition again after a restart) or a member that ended after
+the group's timeout — whether this worker or the partition's next owner (it loads the
+partition's marks before reading the partition) sees it. A mark is written only after the
+trajectories: a restart in between settles the group again, never skips it.
+
+Marks are forgotten (a tombstone in the topic) once the horizon is ``keep`` past the group's
+deadline: by then no member can still arrive — a rollout open that long is let go by the
+assembler (``streams.open_rollouts``), and so a restart never reads further back.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from aiokafka import AIOKafkaConsumer, TopicPartition
+
+
+@dataclass(frozen=True)
+class SettledMark:
+    timed_out: bool
+    rollouts: frozenset[str]
+    """Every member it settled: scored, late or rejected."""
+    deadline: datetime
+
+    def encode(self) -> bytes:
+        return json.dumps(
+            [self.timed_out, sorted(self.rollouts), self.deadline.isoformat()]
+        ).encode()
+
+    @classmethod
+    def decode(cls, raw: bytes) -> SettledMark:
+        """The mark ``raw`` holds; ValueError for anything else."""
+        try:
+            timed_out, rollouts, deadline = json.loads(raw)
+            mark = cls(timed_out, frozenset(rollouts), datetime.fromisoformat(deadline))
+        except (TypeError, ValueError) as error:  # JSON, shape, element types, the timestamp
+            raise ValueError(f"not a settled-group mark: {error}") from None
+        if not isinstance(timed_out, bool) or not all(isinstance(r, str) for r in rollouts):
+            raise ValueError("not a settled-group mark: wrong field types")
+        if mark.deadline.tzinfo is None:
+            raise ValueError("not a settled-group mark: a deadline without a time zone")
+        return mark
+
+
+class SettledGroups:
+    """One scorer partition's marks, by group key."""
+
+    def __init__(self, keep: timedelta) -> None:
+        self.keep = keep
+        self._marks: dict[bytes, SettledMark] = {}
+
+    def load(self, records: Iterable[MarkRecord]) -> list[tuple[MarkRecord, str]]:
+        """Apply the partition's log in order (a tombstone forgets its group); the records
+        that are no mark come back with the reason, for the dead letters."""
+        bad = []
+        for record in records:
+            if record.key is None:
+                bad.append((record, "a settled-group mark without a key"))
+            elif record.value is None:
+                self._marks.pop(record.key, None)
+            else:
+                try:
+                    self._marks[record.key] = SettledMark.decode(record.value)
+                except ValueError as error:
+                    bad.append((record, str(error)))
+        return bad
+
+    def __len__(self) -> int:
+        return len(self._marks)
+
+    def get(self, group: bytes) -> SettledMark | None:
+        return self._marks.get(group)
+
+    def add(self, group: bytes, mark: SettledMark) -> None:
+        self._marks[group] = mark
+
+    def prune(self, horizon: datetime) -> list[bytes]:
+        """Forget the marks ``keep`` past their deadline at ``horizon``; their groups."""
+        gone = [g for g, mark in self._marks.items() if horizon - mark.deadline > self.keep]
+        for group in gone:
+            del self._marks[group]
+        return gone
+
+
+@dataclass(frozen=True)
+class MarkRecord:
+    offset: int
+    key: bytes | None
+    value: bytes | None
+
+
+async def read_marks(consumer: AIOKafkaConsumer, topic: str, partition: int) -> list[MarkRecord]:
+    """The partition's log as it is now, in order (``consumer``: started, in no group)."""
+    tp = TopicPartition(topic, partition)
+    consumer.assign([tp])
+    await consumer.seek_to_beginning(tp)
+    end = (await consumer.end_offsets([tp]))[tp]
+    found: list[MarkRecord] = []
+    while await consumer.position(tp) < end:
+        for records in (await consumer.getmany(tp, timeout_ms=1000)).values():
+            found.extend(MarkRecord(r.offset, r.key, r.value) for r in records if r.offset < end)
+    return found
