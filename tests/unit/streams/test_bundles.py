@@ -12,8 +12,8 @@ from schemas.records import ModelRequest, QueueEntry
 from streams import bundles
 from streams.assembler import RolloutAssembly
 from streams.message_size import MESSAGE_LIMIT, size_bound, too_large
-from streams.pipeline import PipelineConfig, process_log
 from streams.open_rollouts import OpenRollouts
+from streams.pipeline import PipelineConfig, process_log
 from tests.builders import T0, all_records, model_request
 from tests.unit.streams.test_pipeline import env, rollout
 

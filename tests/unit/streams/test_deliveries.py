@@ -1,0 +1,63 @@
+"""Outputs are released only once acknowledged; a failed send is sent again."""
+
+from __future__ import annotations
+
+import asyncio
+
+from aiokafka.errors import KafkaConnectionError
+
+from streams.deliveries import Deliveries
+
+
+async def test_then_runs_once_every_send_is_acknowledged_and_failures_are_sent_again():
+    loop = asyncio.get_running_loop()
+    handed: list[asyncio.Future[None]] = []
+
+    async def send():
+        handed.append(loop.create_future())
+        return handed[-1]
+
+    async def refused():
+        raise KafkaConnectionError("the broker away")
+
+    deliveries = Deliveries(min_backoff_s=0.01, max_backoff_s=0.02)
+    done: list[str] = []
+    await deliveries.send([send, send], then=lambda: done.append("released"))
+    assert len(handed) == 2 and done == [] and deliveries.pending == 1
+    handed[0].set_result(None)
+    handed[1].set_exception(KafkaConnectionError("lost"))
+    await asyncio.sleep(0.05)
+    assert done == [] and len(handed) == 3  # sent again, not yet acknowledged
+    handed[2].set_result(None)
+    await asyncio.sleep(0.01)
+    assert done == ["released"] and deliveries.pending == 0
+
+    attempts = 0
+
+    async def refused_once():
+        nonlocal attempts
+        attempts += 1
+        if attempts == 1:
+            return await refused()
+        return await send()
+
+    await deliveries.send([refused_once], then=lambda: done.append("after a refusal"))
+    await asyncio.sleep(0.05)
+    handed[-1].set_result(None)
+    await asyncio.sleep(0.01)
+    assert attempts == 2 and done[-1] == "after a refusal"
+
+
+async def test_cancelled_deliveries_release_nothing():
+    loop = asyncio.get_running_loop()
+    pending = loop.create_future()
+
+    async def send():
+        return pending
+
+    deliveries = Deliveries()
+    done: list[bool] = []
+    await deliveries.send([send], then=lambda: done.append(True))
+    deliveries.cancel()
+    await asyncio.sleep(0.01)
+    assert done == [] and deliveries.pending == 0
