@@ -3,8 +3,9 @@
 Side by side on the same events: the pure pipeline in process (decode, assemble, score,
 windowed FIFO); `forge-rl replay` through the real broker; and the live Faust worker
 (`forge-rl streams`, sink on) working through a backlog of --rollouts on forge.events,
-timed by record timestamps from its first write to the assembler's table to its last
-trajectory, so the worker's start-up is not counted but all its work is — one worker, then
+timed by record timestamps from its first rollout's bundle (sent once that rollout's events
+are read) to its last trajectory, so the worker's start-up is not counted but all its work
+is — one worker, then
 two in one group (each with its own embedded analytics store) on a fresh copy of the backlog;
 then the live/replay ratios. Memory: peak RSS in process, and the live worker's peak RSS
 while it holds --inflight rollouts that have started but not ended.
@@ -56,8 +57,10 @@ from schemas.topics import (  # noqa: E402
     TopicSpec,
     derived_train_topic,
 )
+from streams.app import ended_topic  # noqa: E402
 from streams.pipeline import PipelineConfig, process_log  # noqa: E402
 from streams.replay import ReplaySources, run_replay  # noqa: E402
+from streams.watermarks import WATERMARK_HEADER, Watermark  # noqa: E402
 
 T0 = datetime(2026, 11, 1, tzinfo=UTC)
 
@@ -133,23 +136,43 @@ def start_worker(
         return subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT)
 
 
-def record_times(bootstrap: str, topic: str) -> list[float]:
-    """Record timestamps (s) of everything on the topic so far."""
+def records(bootstrap: str, topic: str, partitions: tuple[int, ...] | None = None) -> list:
+    """Everything on the topic (or those of its ``partitions``) so far."""
     from kafka import KafkaConsumer, TopicPartition
 
     consumer = KafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False)
     try:
-        parts = [TopicPartition(topic, p) for p in consumer.partitions_for_topic(topic) or ()]
+        found = consumer.partitions_for_topic(topic) or ()
+        parts = [TopicPartition(topic, p) for p in found if partitions is None or p in partitions]
+        if not parts:
+            return []  # not created yet
         consumer.assign(parts)
         consumer.seek_to_beginning(*parts)
         ends = consumer.end_offsets(parts)
-        times: list[float] = []
+        out: list = []
         while any(consumer.position(tp) < ends[tp] for tp in parts):
-            for records in consumer.poll(timeout_ms=500, max_records=5000).values():
-                times.extend(r.timestamp / 1000 for r in records)
-        return times
+            for batch in consumer.poll(timeout_ms=500, max_records=5000).values():
+                out.extend(batch)
+        return out
     finally:
         consumer.close()
+
+
+def record_times(bootstrap: str, topic: str) -> list[float]:
+    """Record timestamps (s) of everything on the topic so far."""
+    return [r.timestamp / 1000 for r in records(bootstrap, topic)]
+
+
+def caught_up(bootstrap: str, app_id: str) -> bool:
+    """Whether the newest watermark of every events partition (on the scorer's topic: its
+    partition 0 gets them all) says it is processed to its end."""
+    newest: dict[int, Watermark] = {}
+    for record in records(bootstrap, ended_topic(app_id), partitions=(0,)):
+        for name, value in record.headers or ():
+            if name == WATERMARK_HEADER:
+                mark = Watermark.decode(value)
+                newest[mark.partition] = mark
+    return len(newest) == EVENTS.partitions and all(m.caught_up for m in newest.values())
 
 
 def live_worker_rate(bootstrap: str, home: Path, rollouts: int, rng: np.random.Generator,
@@ -180,7 +203,8 @@ def live_worker_rate(bootstrap: str, home: Path, rollouts: int, rng: np.random.G
         for worker in group:
             worker.wait(60)
     times = record_times(bootstrap, topics[TRAJECTORIES.name])
-    first_write = min(record_times(bootstrap, f"{app_id}-rollout-events-changelog"))
+    first_write = min(r.timestamp / 1000 for r in records(bootstrap, ended_topic(app_id))
+                      if r.value)  # fmt: skip
     span = max(times) - first_write
     return sent, span, sent / span, peak
 
@@ -189,7 +213,7 @@ def live_worker_inflight_rss(bootstrap: str, home: Path, inflight: int,
                              rng: np.random.Generator, calls: int) -> float:  # fmt: skip
     """Peak RSS (MiB) of the worker once it holds ``inflight`` started, unfinished rollouts."""
     topics = fresh_topics(bootstrap, "mem")
-    sent = produce(bootstrap, topics, 0, inflight, finished=False, rng=rng, calls=calls)
+    produce(bootstrap, topics, 0, inflight, finished=False, rng=rng, calls=calls)
     app_id = f"bench-{uuid.uuid4().hex[:8]}"
     worker = start_worker(bootstrap, home / "mem", topics, app_id)
     peak = 0.0
@@ -197,8 +221,7 @@ def live_worker_inflight_rss(bootstrap: str, home: Path, inflight: int,
         deadline = time.monotonic() + 600
         while time.monotonic() < deadline:
             peak = max(peak, _tree_rss_mb(worker.pid))
-            # One write to the assembler's table per event held (all rollouts are open).
-            if _written(bootstrap, f"{app_id}-rollout-events-changelog") >= sent:
+            if caught_up(bootstrap, app_id):  # every event read and held (none ends)
                 time.sleep(3)
                 peak = max(peak, _tree_rss_mb(worker.pid))
                 break
