@@ -139,13 +139,10 @@ def create_streams_app(
         """Acknowledged before the agent moves on: nothing is dropped silently."""
         await (await dlq.send(key=letter.key, value=codec.encode(letter)))
 
-    async def dead_letter(
-        message: Any, reason: str, value: bytes | None = None, offset: int | None = None
-    ) -> None:
+    async def dead_letter(message: Any, reason: str, value: bytes | None = None) -> None:
         await send_dead_letter(DeadLetter(
-            source_topic=message.topic, partition=message.partition,
-            offset=message.offset if offset is None else offset, reason=reason,
-            consumer=settings.app_id, ts=datetime.now(UTC), key=message.key,
+            source_topic=message.topic, partition=message.partition, offset=message.offset,
+            reason=reason, consumer=settings.app_id, ts=datetime.now(UTC), key=message.key,
             value=message.value if value is None else value,
         ))  # fmt: skip
 
@@ -191,8 +188,12 @@ def create_streams_app(
                 done = rollouts.add(message.offset, envelope, event.value)
                 if done is not None:
                     await send_bundle(rollouts, done, message)
-                for expired in rollouts.expire():
-                    await dead_letter(message, expired.reason, value=b"", offset=expired.offset)
+                for expired in rollouts.expire():  # named by its start: key, offset
+                    await send_dead_letter(DeadLetter(
+                        source_topic=message.topic, partition=message.partition,
+                        offset=expired.offset, reason=expired.reason, consumer=settings.app_id,
+                        ts=datetime.now(UTC), key=expired.rollout_id.encode(), value=b"",
+                    ))  # fmt: skip
             # After its bundle is handed over: a watermark sent later follows it in the log.
             state.progress.processed(message.partition, message.offset,
                                      None if envelope is None else envelope.ts,
