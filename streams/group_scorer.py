@@ -89,9 +89,9 @@ class GroupScorer:
             members = {**members, arrived.rollout_id: arrived}
         if not members:
             return None
-        self.floor.hold(group, offset)
         settled = settle_group([m.assembled for m in members.values()],
                                horizon or _NEVER, self.timeout)  # fmt: skip
+        self.floor.hold(group, offset)
         if settled is None:
             self._open[group] = members
             return None

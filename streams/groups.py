@@ -38,7 +38,7 @@ def settle_group(
     """The group settled at event time ``horizon`` (the newest event seen), or None while it
     is still open."""
     members = sorted(members, key=lambda r: (r.queue_index, r.rollout_id))
-    size = members[0].group_size
+    size = max(members[0].group_size, 1)  # a log may hold anything: a size below 1 is alone
     due = deadline(members, timeout)
     if len(members) >= size:
         whole = members[:size]

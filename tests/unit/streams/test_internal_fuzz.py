@@ -1,0 +1,93 @@
+"""Random and mutated bytes on the worker's own topics — the scorer's (bundles, ticks,
+watermarks) and the settled marks — are refused with a ValueError, the one error the worker
+dead-letters there, and leave the scorer as it was; hostile values inside decodable events
+are scored or refused as the replay does, never a crash."""
+
+from __future__ import annotations
+
+import contextlib
+import math
+from datetime import timedelta
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from schemas import codec
+from schemas.records import QueueEntry
+from streams import bundles
+from streams.group_scorer import GroupScorer
+from streams.pipeline import PipelineConfig, process_log
+from streams.rewards import RewardConfig
+from streams.settled_groups import SettledGroups, SettledMark
+from streams.watermarks import Watermark
+from tests.builders import T0
+from tests.unit.streams.test_pipeline import rollout
+
+TIMEOUT = timedelta(seconds=60)
+BUNDLE = bundles.pack(codec.encode(e) for e in rollout("a", "g", 2, 0, 0.0, 3.0))
+MARK = SettledMark(True, frozenset({"a"}), T0).encode()
+WATERMARK = Watermark(0, T0, True, False).encode()
+
+
+def mutations(valid: bytes):
+    @st.composite
+    def mutated(draw):
+        data = bytearray(valid)
+        for _ in range(draw(st.integers(1, 4))):
+            at = draw(st.integers(0, max(len(data) - 1, 0)))
+            kind = draw(st.sampled_from(["flip", "cut", "grow"]))
+            if kind == "flip" and data:
+                data[at] ^= draw(st.integers(1, 255))
+            elif kind == "cut":
+                del data[at:]
+            else:
+                data[at:at] = draw(st.binary(min_size=1, max_size=16))
+        return bytes(data)
+
+    return st.one_of(mutated(), st.binary(max_size=64))
+
+
+@given(mutations(BUNDLE))
+@settings(max_examples=800, deadline=None)
+def test_bytes_offered_as_a_bundle_are_a_member_or_a_value_error(data):
+    groups = GroupScorer(TIMEOUT, RewardConfig(), SettledGroups(TIMEOUT))
+    before = (groups.open_groups, groups.floor.floor())
+    try:
+        groups.offer(0, b"g", data)
+    except ValueError:
+        assert (groups.open_groups, groups.floor.floor()) == (before[0], 1)
+
+
+@given(mutations(MARK))
+@settings(max_examples=500, deadline=None)
+def test_bytes_read_as_a_mark_are_a_mark_or_a_value_error(data):
+    with contextlib.suppress(ValueError):
+        SettledMark.decode(data)
+
+
+@given(mutations(WATERMARK))
+@settings(max_examples=500, deadline=None)
+def test_bytes_in_a_watermark_header_are_a_watermark_or_a_value_error(data):
+    with contextlib.suppress(ValueError):
+        Watermark.decode(data)
+
+
+@given(
+    st.integers(-3, 3),
+    st.one_of(st.floats(allow_nan=True, allow_infinity=True), st.none()),
+    st.floats(-1e6, 1e6),
+)
+@settings(max_examples=200, deadline=None)
+def test_hostile_values_in_decodable_events_are_scored_or_refused_as_the_replay_does(
+    size, outcome, end
+):
+    events = rollout("a", "g", size, 0, 0.0, abs(end) if math.isfinite(end) else 1.0)
+    if outcome is not None:
+        events = rollout("a", "g", size, 0, 0.0, abs(end), outcome=outcome)
+    groups = GroupScorer(TIMEOUT, RewardConfig(), SettledGroups(TIMEOUT))
+    raw = bundles.pack(codec.encode(e) for e in events)
+    horizon = max(e.ts for e in events)  # where the replay of this log stops
+    settled = groups.offer(0, b"g", raw) or groups.offer(1, b"g", b"", horizon)
+    config = PipelineConfig(group_timeout_s=TIMEOUT.total_seconds())
+    replay = process_log(events, [(0, QueueEntry("a", "g", size, T0))], [], config)
+    assert (settled.trajectories if settled else []) == replay.trajectories
