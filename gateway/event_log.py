@@ -58,6 +58,8 @@ class EventLog:
         """Connect; aiokafka binds its producer to the running event loop, so it is made here."""
         self.producer: AIOKafkaProducer = self._new_producer()
         self._renewing = False
+        self._gathering: list[tuple[Sequence[Envelope], asyncio.Future[None]]] = []
+        self._rounds: asyncio.Task[None] | None = None
         try:
             await asyncio.wait_for(self.producer.start(), self.timeout_s)
         except (KafkaError, OSError, TimeoutError) as exc:
@@ -95,13 +97,27 @@ class EventLog:
     async def append(self, envelopes: Sequence[Envelope]) -> None:
         """Store events (all of one rollout) or raise; returns once all are acknowledged.
 
-        The whole of it is bounded: a full producer buffer waits inside ``send`` too."""
+        The whole of it is bounded: a full producer buffer waits inside ``send`` too. Appends
+        are handed to the producer in rounds: one alone goes at once, and those that arrive
+        while a round waits for its acknowledgements go together in the next (a group
+        commit): under load a produce request carries many calls' events, not one call's,
+        and nobody waits for a linger."""
+        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._gathering.append((envelopes, done))
+        if self._rounds is None or self._rounds.done():
+            self._rounds = asyncio.create_task(self._send_rounds(), name="event-log-rounds")
         try:
-            await asyncio.wait_for(self._send_all(envelopes), self.timeout_s)
+            await asyncio.wait_for(asyncio.shield(done), self.timeout_s)
         except (KafkaError, TimeoutError, OSError) as exc:
             log.warning("events of %s not acknowledged: %r", envelopes[0].rollout_id, exc)
             await self._renew_if_broken(exc)
             raise EventLogUnavailableError(UNAVAILABLE) from exc
+
+    async def _send_rounds(self) -> None:
+        while self._gathering:
+            batch, self._gathering = self._gathering, []
+            sends = [asyncio.ensure_future(self._send_all(envs, done)) for envs, done in batch]
+            await asyncio.wait(sends)
 
     async def _renew_if_broken(self, exc: BaseException) -> None:
         """After a broker restart the idempotent producer's sequence numbers can have a gap the
@@ -129,11 +145,18 @@ class EventLog:
         except (KafkaError, OSError, TimeoutError):
             log.warning("an old producer did not stop cleanly")
 
-    async def _send_all(self, envelopes: Sequence[Envelope]) -> None:
-        futures = [
-            await self.producer.send(
-                self.events_topic, codec.encode(env), key=env.rollout_id.encode()
-            )
-            for env in envelopes
-        ]
-        await asyncio.gather(*futures)
+    async def _send_all(self, envelopes: Sequence[Envelope], done: asyncio.Future[None]) -> None:
+        try:
+            futures = [
+                await self.producer.send(
+                    self.events_topic, codec.encode(env), key=env.rollout_id.encode()
+                )
+                for env in envelopes
+            ]
+            await asyncio.gather(*futures)
+        except (KafkaError, OSError) as exc:
+            if not done.done():
+                done.set_exception(exc)
+        else:
+            if not done.done():
+                done.set_result(None)

@@ -1,0 +1,64 @@
+"""The event log hands appends to the producer in rounds (a group commit): one alone goes at
+once; those arriving while a round waits for its acknowledgements go together next; each
+caller is answered by its own acknowledgements, a failed one failing only its caller."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+from aiokafka.errors import KafkaConnectionError
+
+from gateway.errors import EventLogUnavailableError
+from gateway.event_log import EventLog
+from tests.unit.streams.test_pipeline import rollout
+
+
+class HeldProducer:
+    """Records each send; its acknowledgements come when the test says."""
+
+    def __init__(self) -> None:
+        self.sent: list[tuple[bytes, asyncio.Future[Any]]] = []
+
+    async def send(self, topic: str, value: bytes, key: bytes) -> asyncio.Future[Any]:
+        ack: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        self.sent.append((key, ack))
+        return ack
+
+    def keys(self) -> list[bytes]:
+        return [key for key, _ in self.sent]
+
+
+async def started_log() -> tuple[EventLog, HeldProducer]:
+    log = EventLog("unused:9092", "events", "queue", timeout_s=5)
+    producer = HeldProducer()
+    log._new_producer = lambda: producer  # type: ignore[method-assign,assignment,return-value]
+    log.producer = producer  # type: ignore[assignment]
+    log._renewing = False
+    log._gathering, log._rounds = [], None
+    return log, producer
+
+
+async def test_appends_arriving_during_a_round_go_together_in_the_next():
+    log, producer = await started_log()
+    a, b, c = (rollout(r, "g", 1, 0, 0.0, 1.0)[:2] for r in "abc")
+    first = asyncio.create_task(log.append(a))
+    await asyncio.sleep(0.01)
+    assert producer.keys() == [b"a", b"a"]  # alone: handed over at once
+    later = [asyncio.create_task(log.append(x)) for x in (b, c)]
+    await asyncio.sleep(0.01)
+    assert producer.keys() == [b"a", b"a"]  # waiting for the round in flight
+    for _, ack in producer.sent:
+        ack.set_result(None)
+    await first
+    await asyncio.sleep(0.01)
+    assert producer.keys()[2:] == [b"b", b"b", b"c", b"c"]  # the next round: both together
+    for key, ack in producer.sent[2:]:
+        if key == b"b":
+            ack.set_exception(KafkaConnectionError("lost"))
+        else:
+            ack.set_result(None)
+    with pytest.raises(EventLogUnavailableError):
+        await later[0]
+    await later[1]  # its neighbour's failure is not its own
