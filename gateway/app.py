@@ -139,8 +139,10 @@ def create_app(
     app = FastAPI(title="forge-rl gateway", lifespan=lifespan)
     app.state.service = service
     openai = openai_router(settings, service, auth)
-    app.include_router(openai)
+    # The rollout-prefixed mount first: the base URLs agents are handed use it, and routes are
+    # matched in order (the paths of the two mounts never overlap).
     app.include_router(openai, prefix=ROLLOUT_PREFIX)
+    app.include_router(openai)
     app.include_router(lifecycle_router(settings, service, auth))
 
     @app.get("/health")
