@@ -23,9 +23,9 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from functools import partial
-from typing import Any, TypeVar, cast
+from typing import Any, cast
 
 import faust
 from aiokafka.errors import KafkaError
@@ -34,13 +34,14 @@ from faust.types import TP
 
 from infra.analytics import analytics_client, ensure_tables
 from infra.config import InfraSettings
-from infra.kafka_clients import async_consumer, decode_message, ensure_topics, topic_partitions
+from infra.kafka_clients import ensure_topics, topic_partitions
 from infra.metrics_server import StreamsMetrics, serve_metrics
 from schemas import codec
-from schemas.records import DeadLetter, Envelope, Record, TrainStep
+from schemas.records import Envelope, TrainStep
 from schemas.topics import DLQ, EVENTS, MAX_MESSAGE_BYTES, TopicSpec
 from streams import bundles
 from streams.config import StreamsSettings, load_pipeline_config
+from streams.dead_letters import DeadLetters
 from streams.deliveries import Deliveries
 from streams.group_scorer import GroupScorer
 from streams.live_sequencer import run_sequencer
@@ -53,7 +54,6 @@ from streams.stall_watch import StallWatch
 from streams.watermarks import WATERMARK_HEADER, EventsProgress, SharedHorizon, Watermark
 
 log = logging.getLogger(__name__)
-R = TypeVar("R", bound=Record)
 
 
 class FlushSinkBeforeCommit(faust.Sensor):  # type: ignore[misc]
@@ -135,35 +135,12 @@ def create_streams_app(
     if buffer is not None:
         app.sensors.add(FlushSinkBeforeCommit(buffer))
 
-    async def send_dead_letter(letter: DeadLetter) -> None:
-        """Acknowledged before the agent moves on: nothing is dropped silently."""
-        await (await dlq.send(key=letter.key, value=codec.encode(letter)))
-
-    async def dead_letter(message: Any, reason: str, value: bytes | None = None) -> None:
-        await send_dead_letter(DeadLetter(
-            source_topic=message.topic, partition=message.partition, offset=message.offset,
-            reason=reason, consumer=settings.app_id, ts=datetime.now(UTC), key=message.key,
-            value=message.value if value is None else value,
-        ))  # fmt: skip
-
-    async def decoded(event: Any, record_type: type[R]) -> R | None:
-        """The event's record, or None once it is in forge.dlq with the reason (the one
-        decode-or-dead-letter rule, ``decode_message``, tombstones included)."""
-        message = event.message
-        result = decode_message(
-            TopicSpec(message.topic, record_type, 1), partition=message.partition,
-            offset=message.offset, key=message.key, value=event.value, consumer=settings.app_id,
-        )  # fmt: skip
-        if isinstance(result, DeadLetter):
-            await send_dead_letter(result)
-            return None
-        assert isinstance(result.record, record_type)
-        return result.record
+    letters = DeadLetters(dlq, settings.app_id)
 
     async def send_bundle(rollouts: OpenRollouts, done: EndedRollout, message: Any) -> None:
         reason = bundles.oversize(done.rollout_id, len(done.bundle))
         if reason is not None:
-            await dead_letter(message, reason)
+            await letters.of_message(message, reason)
             rollouts.sent(done.rollout_id)
             return
         await deliveries.send(
@@ -181,7 +158,7 @@ def create_streams_app(
             if state is None:
                 continue  # read in a generation gone: it is read again from the floor
             rollouts = state.rollouts_of(message.partition)
-            envelope = await decoded(event, Envelope)
+            envelope = await letters.decoded(event, Envelope)
             if envelope is None:
                 rollouts.floor.processed(message.offset)
             else:
@@ -189,11 +166,8 @@ def create_streams_app(
                 if done is not None:
                     await send_bundle(rollouts, done, message)
                 for expired in rollouts.expire():  # named by its start: key, offset
-                    await send_dead_letter(DeadLetter(
-                        source_topic=message.topic, partition=message.partition,
-                        offset=expired.offset, reason=expired.reason, consumer=settings.app_id,
-                        ts=datetime.now(UTC), key=expired.rollout_id.encode(), value=b"",
-                    ))  # fmt: skip
+                    await letters.of(message.topic, message.partition, expired.offset,
+                                     expired.reason, expired.rollout_id.encode(), b"")  # fmt: skip
             # After its bundle is handed over: a watermark sent later follows it in the log.
             state.progress.processed(message.partition, message.offset,
                                      None if envelope is None else envelope.ts,
@@ -205,18 +179,9 @@ def create_streams_app(
         if found is not None:
             return found
         settled = SettledGroups(MARK_KEEP * timeout)
-        reader = async_consumer(bootstrap, enable_auto_commit=False)
-        await reader.start()
-        try:
-            records = await read_marks(reader, marks_topic, partition)
-        finally:
-            await reader.stop()
-        for record, reason in settled.load(records):
-            await send_dead_letter(DeadLetter(
-                source_topic=marks_topic, partition=partition, offset=record.offset,
-                reason=reason, consumer=settings.app_id, ts=datetime.now(UTC),
-                key=record.key, value=record.value,
-            ))  # fmt: skip
+        for record, reason in settled.load(await read_marks(bootstrap, marks_topic, partition)):
+            await letters.of(marks_topic, partition, record.offset, reason, record.key,
+                             record.value)  # fmt: skip
         found = ScorerPartition(
             GroupScorer(timeout, config.rewards, settled), SharedHorizon(lateness)
         )
@@ -255,13 +220,13 @@ def create_streams_app(
                     raise ValueError("no group key")
                 settled = groups.offer(message.offset, event.key, event.value or b"", horizon)
             except (ValueError, bundles.BadBundleError) as error:
-                await dead_letter(message, f"not a member's bundle or a tick: {error}")
+                await letters.of_message(message, f"not a member's bundle or a tick: {error}")
                 groups.floor.processed(message.offset)
                 continue
             if settled is None:
                 continue
             for bundle, reason in settled.dead:
-                await dead_letter(message, reason, value=bundle)
+                await letters.of_message(message, reason, value=bundle)
             if buffer is not None:  # rollout rows come from the sequencer: the first scoring
                 buffer.add(calls=call_rows(e for m in settled.present for e in m.events.events))
             if settled.mark is not None:
@@ -387,7 +352,7 @@ def create_streams_app(
         async def train_steps(stream: faust.StreamT) -> None:
             """The trainer's rows reach ClickHouse only through forge.metrics."""
             async for event in stream.events():
-                step = await decoded(event, TrainStep)
+                step = await letters.decoded(event, TrainStep)
                 if step is not None:
                     buffer.add(train_steps=[step])
 

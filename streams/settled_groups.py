@@ -21,7 +21,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from aiokafka import AIOKafkaConsumer, TopicPartition
+from aiokafka import TopicPartition
+
+from infra.kafka_clients import async_consumer
 
 
 @dataclass(frozen=True)
@@ -98,14 +100,21 @@ class MarkRecord:
     value: bytes | None
 
 
-async def read_marks(consumer: AIOKafkaConsumer, topic: str, partition: int) -> list[MarkRecord]:
-    """The partition's log as it is now, in order (``consumer``: started, in no group)."""
-    tp = TopicPartition(topic, partition)
-    consumer.assign([tp])
-    await consumer.seek_to_beginning(tp)
-    end = (await consumer.end_offsets([tp]))[tp]
-    found: list[MarkRecord] = []
-    while await consumer.position(tp) < end:
-        for records in (await consumer.getmany(tp, timeout_ms=1000)).values():
-            found.extend(MarkRecord(r.offset, r.key, r.value) for r in records if r.offset < end)
-    return found
+async def read_marks(bootstrap: str, topic: str, partition: int) -> list[MarkRecord]:
+    """The partition's log as it is now, in order."""
+    consumer = async_consumer(bootstrap, enable_auto_commit=False)
+    await consumer.start()
+    try:
+        tp = TopicPartition(topic, partition)
+        consumer.assign([tp])
+        await consumer.seek_to_beginning(tp)
+        end = (await consumer.end_offsets([tp]))[tp]
+        found: list[MarkRecord] = []
+        while await consumer.position(tp) < end:
+            for records in (await consumer.getmany(tp, timeout_ms=1000)).values():
+                found.extend(
+                    MarkRecord(r.offset, r.key, r.value) for r in records if r.offset < end
+                )
+        return found
+    finally:
+        await consumer.stop()

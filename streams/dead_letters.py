@@ -1,0 +1,58 @@
+"""The live worker's one way to forge.dlq: every letter acknowledged before the agent moves on,
+so nothing is dropped silently; undecodable records and tombstones take the same rule as
+everywhere else (``infra.kafka_clients.decode_message``)."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any, TypeVar
+
+import faust
+
+from infra.kafka_clients import decode_message
+from schemas import codec
+from schemas.records import DeadLetter, Record
+from schemas.topics import TopicSpec
+
+R = TypeVar("R", bound=Record)
+
+
+class DeadLetters:
+    def __init__(self, dlq: faust.TopicT, consumer: str) -> None:
+        self.dlq = dlq
+        self.consumer = consumer
+
+    async def send(self, letter: DeadLetter) -> None:
+        await (await self.dlq.send(key=letter.key, value=codec.encode(letter)))
+
+    async def of(
+        self,
+        topic: str,
+        partition: int,
+        offset: int,
+        reason: str,
+        key: bytes | None,
+        value: bytes | None,
+    ) -> None:
+        await self.send(DeadLetter(
+            source_topic=topic, partition=partition, offset=offset, reason=reason,
+            consumer=self.consumer, ts=datetime.now(UTC), key=key, value=value,
+        ))  # fmt: skip
+
+    async def of_message(self, message: Any, reason: str, value: bytes | None = None) -> None:
+        """The message read, or ``value`` in its stead (a bundle), with the reason."""
+        await self.of(message.topic, message.partition, message.offset, reason, message.key,
+                      message.value if value is None else value)  # fmt: skip
+
+    async def decoded(self, event: Any, record_type: type[R]) -> R | None:
+        """The event's record, or None once it is in forge.dlq with the reason."""
+        message = event.message
+        result = decode_message(
+            TopicSpec(message.topic, record_type, 1), partition=message.partition,
+            offset=message.offset, key=message.key, value=event.value, consumer=self.consumer,
+        )  # fmt: skip
+        if isinstance(result, DeadLetter):
+            await self.send(result)
+            return None
+        assert isinstance(result.record, record_type)
+        return result.record
