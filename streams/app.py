@@ -23,7 +23,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from datetime import datetime, timedelta
+from datetime import timedelta
 from functools import partial
 from typing import Any, cast
 
@@ -51,7 +51,14 @@ from streams.settled_groups import SettledGroups, SettledMark, read_marks
 from streams.sinks import SinkBuffer, call_rows
 from streams.sql_endpoint import open_endpoint
 from streams.stall_watch import StallWatch
-from streams.watermarks import WATERMARK_HEADER, EventsProgress, SharedHorizon, Watermark
+from streams.watermarks import (
+    TICK_HEADER,
+    WATERMARK_HEADER,
+    EventsProgress,
+    SharedHorizon,
+    Watermark,
+    tick_horizon,
+)
 
 log = logging.getLogger(__name__)
 
@@ -215,11 +222,11 @@ def create_streams_app(
                     groups.floor.processed(message.offset)
                     continue
                 tick = headers.get(TICK_HEADER)
-                horizon = None if tick is None else datetime.fromisoformat(bytes(tick).decode())
+                horizon = None if tick is None else tick_horizon(bytes(tick))
                 if event.key is None:
                     raise ValueError("no group key")
                 settled = groups.offer(message.offset, event.key, event.value or b"", horizon)
-            except (ValueError, bundles.BadBundleError) as error:
+            except ValueError as error:  # bundles.BadBundleError among them
                 await letters.of_message(message, f"not a member's bundle or a tick: {error}")
                 groups.floor.processed(message.offset)
                 continue
@@ -380,7 +387,6 @@ def create_streams_app(
     return app
 
 
-TICK_HEADER = "forge-group-tick"
 COMMIT_INTERVAL_S = 1.0
 STALL_PATIENCE_S = 30.0
 """How long an owned partition may go unfetched with records to read (``stall_watch``)."""

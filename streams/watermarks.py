@@ -28,6 +28,16 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 WATERMARK_HEADER = "forge-watermark"
+TICK_HEADER = "forge-group-tick"
+"""A group's timeout check on its own partition, carrying the horizon it may assume."""
+
+
+def tick_horizon(raw: bytes) -> datetime:
+    """The event time a tick carries; ValueError for anything but an aware timestamp."""
+    horizon = datetime.fromisoformat(raw.decode())
+    if horizon.tzinfo is None:
+        raise ValueError("a tick's horizon without a time zone")
+    return horizon
 
 
 @dataclass(frozen=True)
@@ -48,13 +58,19 @@ class Watermark:
 
     @classmethod
     def decode(cls, raw: bytes) -> Watermark:
+        """ValueError for anything but a watermark (a timestamp without a zone included)."""
         partition, newest, caught_up, quiet = raw.decode().split("|")
-        return cls(
+        mark = cls(
             int(partition),
             datetime.fromisoformat(newest) if newest else None,
             caught_up == "1",
             quiet == "1",
         )
+        if mark.newest is not None and mark.newest.tzinfo is None:
+            raise ValueError("a watermark's event time without a time zone")
+        if mark.partition < 0:
+            raise ValueError("a watermark of a negative partition")
+        return mark
 
 
 @dataclass

@@ -19,7 +19,7 @@ from streams.group_scorer import GroupScorer
 from streams.pipeline import PipelineConfig, process_log
 from streams.rewards import RewardConfig
 from streams.settled_groups import SettledGroups, SettledMark
-from streams.watermarks import Watermark
+from streams.watermarks import SharedHorizon, Watermark, tick_horizon
 from tests.builders import T0
 from tests.unit.streams.test_pipeline import rollout
 
@@ -27,6 +27,7 @@ TIMEOUT = timedelta(seconds=60)
 BUNDLE = bundles.pack(codec.encode(e) for e in rollout("a", "g", 2, 0, 0.0, 3.0))
 MARK = SettledMark(True, frozenset({"a"}), T0).encode()
 WATERMARK = Watermark(0, T0, True, False).encode()
+TICK = T0.isoformat().encode()
 
 
 def mutations(valid: bytes):
@@ -68,8 +69,20 @@ def test_bytes_read_as_a_mark_are_a_mark_or_a_value_error(data):
 @given(mutations(WATERMARK))
 @settings(max_examples=500, deadline=None)
 def test_bytes_in_a_watermark_header_are_a_watermark_or_a_value_error(data):
+    horizon = SharedHorizon(timedelta(seconds=1))
+    horizon.saw(Watermark(1, T0, False, False))
     with contextlib.suppress(ValueError):
-        Watermark.decode(data)
+        horizon.saw(Watermark.decode(data))  # and the horizon takes it
+        horizon.horizon(2)
+
+
+@given(mutations(TICK))
+@settings(max_examples=300, deadline=None)
+def test_bytes_in_a_tick_header_are_an_aware_event_time_or_a_value_error(data):
+    groups = GroupScorer(TIMEOUT, RewardConfig(), SettledGroups(TIMEOUT))
+    groups.offer(0, b"g", BUNDLE)
+    with contextlib.suppress(ValueError):
+        groups.offer(1, b"g", b"", tick_horizon(data))
 
 
 @given(
