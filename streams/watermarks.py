@@ -34,10 +34,17 @@ TICK_HEADER = "forge-group-tick"
 
 def tick_horizon(raw: bytes) -> datetime:
     """The event time a tick carries; ValueError for anything but an aware timestamp."""
-    horizon = datetime.fromisoformat(raw.decode())
-    if horizon.tzinfo is None:
-        raise ValueError("a tick's horizon without a time zone")
-    return horizon
+    return _event_time(datetime.fromisoformat(raw.decode()), "a tick's horizon")
+
+
+def _event_time(value: datetime, what: str) -> datetime:
+    """``value`` if it can be an event time: aware, and not before the epoch (the horizon
+    takes the lateness away from it; near datetime's first year that overflows)."""
+    if value.tzinfo is None:
+        raise ValueError(f"{what} without a time zone")
+    if value.year < 1970:
+        raise ValueError(f"{what} before the epoch")
+    return value
 
 
 @dataclass(frozen=True)
@@ -66,8 +73,8 @@ class Watermark:
             caught_up == "1",
             quiet == "1",
         )
-        if mark.newest is not None and mark.newest.tzinfo is None:
-            raise ValueError("a watermark's event time without a time zone")
+        if mark.newest is not None:
+            _event_time(mark.newest, "a watermark's event time")
         if mark.partition < 0:
             raise ValueError("a watermark of a negative partition")
         return mark

@@ -9,6 +9,7 @@ import contextlib
 import math
 from datetime import timedelta
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -74,6 +75,15 @@ def test_bytes_in_a_watermark_header_are_a_watermark_or_a_value_error(data):
     with contextlib.suppress(ValueError):
         horizon.saw(Watermark.decode(data))  # and the horizon takes it
         horizon.horizon(2)
+
+
+def test_event_times_before_the_epoch_or_without_a_zone_are_refused():
+    assert tick_horizon(b"9999-12-31T23:59:59+00:00").year == 9999  # far ahead: computable
+    for raw in (b"0001-01-01T00:00:00+00:00", b"1969-12-31T23:59:59+00:00", b"2026-11-01T00:00"):
+        with pytest.raises(ValueError):
+            tick_horizon(raw)
+        with pytest.raises(ValueError):
+            Watermark.decode(b"0|" + raw + b"|1|0")
 
 
 @given(mutations(TICK))
