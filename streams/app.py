@@ -196,7 +196,12 @@ def create_streams_app(
 
     async def send_mark(groups: GroupScorer, partition: int, group: bytes,
                         mark: SettledMark) -> None:  # fmt: skip
-        """After the group's trajectories: its mark, then the floor may pass it."""
+        """After the group's trajectories and its calls rows: its mark (nothing reads the group
+        again once it is marked), then the floor may pass it."""
+        if buffer is not None:
+            stored: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+            buffer.after_stored(partial(stored.set_result, None))
+            await stored
         await deliveries.send(
             [partial(marks.send, key=group, value=mark.encode(), partition=partition)],
             then=partial(groups.marked, group),

@@ -80,3 +80,17 @@ def test_a_commit_beginning_inserts_what_is_buffered():
     assert client.rows == {}
     app.sensors.on_commit_initiated(app.consumer)
     assert [row[0] for row in client.rows["rollouts"]] == ["r1"] and buffer.pending() == 0
+
+
+def test_what_waits_for_the_rows_runs_once_they_are_stored_not_before():
+    client, clock = FlakyClient({"calls": 1}), Local()
+    buffer = SinkBuffer(client, retry_s=1.0, clock=clock)
+    done: list[str] = []
+    buffer.after_stored(lambda: done.append("nothing waited"))
+    assert done == ["nothing waited"]
+    buffer.add(calls=[["c1"]])
+    buffer.after_stored(lambda: done.append("after c1"))
+    assert not buffer.flush() and done == ["nothing waited"]  # the insert failed: it waits
+    clock.t = 5.0
+    assert buffer.flush() and done == ["nothing waited", "after c1"]
+    assert client.rows["calls"] == [["c1"]]
