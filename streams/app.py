@@ -34,7 +34,7 @@ from faust.types import TP
 
 from infra.analytics import analytics_client, ensure_tables
 from infra.config import InfraSettings
-from infra.kafka_clients import ensure_topics, topic_partitions
+from infra.kafka_clients import BATCH_BYTES, ensure_topics, topic_partitions
 from infra.metrics_server import StreamsMetrics, serve_metrics
 from schemas import codec
 from schemas.records import Envelope, TrainStep
@@ -95,6 +95,7 @@ def create_streams_app(
         web_bind=settings.web_bind,
         web_port=settings.web_port,
         producer_max_request_size=MAX_MESSAGE_BYTES,
+        producer_max_batch_size=BATCH_BYTES,
         consumer_max_fetch_size=MAX_MESSAGE_BYTES * 2,
         processing_guarantee="at_least_once",
         # A worker killed with -9 holds its partitions until its session expires.

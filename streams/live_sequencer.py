@@ -27,7 +27,13 @@ from typing import Any
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRebalanceListener
 from aiokafka.errors import InvalidProducerEpoch, ProducerFenced
 
-from infra.kafka_clients import CONSUMER_LARGE, PRODUCER_DURABLE, Delivered, topic_partitions
+from infra.kafka_clients import (
+    BATCH_BYTES,
+    CONSUMER_LARGE,
+    PRODUCER_DURABLE,
+    Delivered,
+    topic_partitions,
+)
 from infra.log_reader import LogRange, read_log
 from schemas import codec
 from schemas.errors import SchemaError
@@ -164,7 +170,7 @@ async def _sequence(
     """
     producer = AIOKafkaProducer(
         bootstrap_servers=bootstrap, transactional_id=transactional_id(settings),
-        **PRODUCER_DURABLE,
+        max_batch_size=BATCH_BYTES, **PRODUCER_DURABLE,
     )  # fmt: skip
     consumer = AIOKafkaConsumer(
         bootstrap_servers=bootstrap, enable_auto_commit=False, **CONSUMER_LARGE
