@@ -101,8 +101,10 @@ class MarkRecord:
 
 
 async def read_marks(bootstrap: str, topic: str, partition: int) -> list[MarkRecord]:
-    """The partition's log as it is now, in order."""
-    consumer = async_consumer(bootstrap, enable_auto_commit=False)
+    """The partition's log as it is now, in order. Read as the scorer takes the partition
+    over, before its first arrival: a fetch waiting the default 500 ms for new records held
+    the seek and the end behind it, and the scorer of a backlog idle 0.5 s a partition."""
+    consumer = async_consumer(bootstrap, enable_auto_commit=False, fetch_max_wait_ms=10)
     await consumer.start()
     try:
         tp = TopicPartition(topic, partition)
