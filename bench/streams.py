@@ -10,12 +10,13 @@ two in one group (each with its own embedded analytics store) on a fresh copy of
 then the live/replay ratios. Memory: peak RSS in process, and the live worker's peak RSS
 while it holds --inflight rollouts that have started but not ended.
 
-    python bench/streams.py [--rollouts 2000] [--inflight 10000] [--calls 2]
+    python bench/streams.py [--rollouts 2000] [--inflight 10000] [--calls 2] [--timeline PNG]
 """
 
 from __future__ import annotations
 
 import argparse
+import itertools
 import os
 import shutil
 import signal
@@ -176,37 +177,72 @@ def caught_up(bootstrap: str, app_id: str) -> bool:
 
 
 def live_worker_rate(bootstrap: str, home: Path, rollouts: int, rng: np.random.Generator,
-                     calls: int, workers: int = 1) -> tuple[int, float, float, float]:  # fmt: skip
+                     calls: int, workers: int = 1,
+                     timeline: Path | None = None) -> tuple[int, float, float, float]:  # fmt: skip
     """(events, seconds, events/s, peak RSS MiB of all) of ``workers`` workers in one group
-    working through a backlog, timed from the first write to the assembler's table to the
-    last trajectory."""
+    working through a backlog, timed from the first bundle the workers send to the last
+    trajectory; with ``timeline``, a plot of both per half second and the workers' CPU."""
     topics = fresh_topics(bootstrap, f"live{workers}")
     sent = produce(bootstrap, topics, 0, rollouts, finished=True, rng=rng, calls=calls)
     app_id = f"bench-{uuid.uuid4().hex[:8]}"
     group = [start_worker(bootstrap, home / f"rate{workers}-{i}", topics, app_id)
              for i in range(workers)]  # fmt: skip
     peak = 0.0
+    cpu: list[tuple[float, float]] = []  # (wall time, CPU seconds of all workers so far)
     try:
         deadline = time.monotonic() + 600
         while True:
             peak = max(peak, sum(_tree_rss_mb(w.pid) for w in group))
+            cpu.append((time.time(), sum(_tree_cpu_s(w.pid) for w in group)))
             # End offsets only: reading the records here would load the machine measured.
             if _written(bootstrap, topics[TRAJECTORIES.name]) >= rollouts:
                 break
             for worker in group:
                 assert worker.poll() is None, f"a worker exited: see {home}/rate*/worker.log"
             assert time.monotonic() < deadline, f"the workers did not finish: {home}/rate*"
-            time.sleep(1)
+            time.sleep(0.5)
     finally:
         for worker in group:
             worker.send_signal(signal.SIGTERM)
         for worker in group:
             worker.wait(60)
     times = record_times(bootstrap, topics[TRAJECTORIES.name])
-    first_write = min(r.timestamp / 1000 for r in records(bootstrap, ended_topic(app_id))
-                      if r.value)  # fmt: skip
+    bundle_times = [r.timestamp / 1000 for r in records(bootstrap, ended_topic(app_id)) if r.value]
+    first_write = min(bundle_times)
     span = max(times) - first_write
+    if timeline is not None:
+        draw_timeline(timeline, first_write, bundle_times, times, cpu, workers)
     return sent, span, sent / span, peak
+
+
+def draw_timeline(path: Path, start: float, bundles: list[float], trajectories: list[float],
+                  cpu: list[tuple[float, float]], workers: int) -> None:  # fmt: skip
+    """Bundles and trajectories written per half second, and the workers' CPU: where the
+    stages run, overlap or wait."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    end = max(trajectories) - start
+    edges = np.arange(0.0, end + 0.5, 0.5)
+    fig = Figure(figsize=(9, 4.5))
+    FigureCanvasAgg(fig)
+    ax = fig.add_subplot()
+    for label, times in (("bundles sent", bundles), ("trajectories sent", trajectories)):
+        counts, _ = np.histogram(np.asarray(times) - start, edges)
+        ax.step(edges[:-1], counts * 2, where="post", label=label)
+    ax.set_xlabel("seconds since the first bundle")
+    ax.set_ylabel("records per second")
+    used = ax.twinx()
+    at = [(t - start, (c2 - c1) / (t2 - t)) for (t, c1), (t2, c2) in itertools.pairwise(cpu)]
+    used.plot([a for a, _ in at], [c for _, c in at], color="grey", linestyle=":",
+              label="workers' CPU (cores)")  # fmt: skip
+    used.set_ylim(0, max(2.0, *(c for _, c in at)))
+    used.set_ylabel("cores")
+    ax.set_xlim(0, end)
+    ax.legend(loc="upper left")
+    used.legend(loc="upper right")
+    ax.set_title(f"{workers} live worker(s) through a backlog")
+    fig.savefig(path, dpi=100, bbox_inches="tight")
 
 
 def live_worker_inflight_rss(bootstrap: str, home: Path, inflight: int,
@@ -245,6 +281,14 @@ def _written(bootstrap: str, topic: str) -> int:
         consumer.close()
 
 
+def _tree_cpu_s(pid: int) -> float:
+    try:
+        proc = psutil.Process(pid)
+        return sum(sum(p.cpu_times()[:2]) for p in [proc, *proc.children(recursive=True)])
+    except psutil.Error:
+        return 0.0
+
+
 def _tree_rss_mb(pid: int) -> float:
     try:
         proc = psutil.Process(pid)
@@ -267,6 +311,8 @@ def main() -> None:
     parser.add_argument("--rollouts", type=int, default=2000, help="rollouts through the broker")
     parser.add_argument("--inflight", type=int, default=10000, help="rollouts held in memory")
     parser.add_argument("--calls", type=int, default=2, help="model calls per rollout")
+    parser.add_argument("--timeline", type=Path, metavar="PNG",
+                        help="plot the one-worker run: records a second and its CPU")  # fmt: skip
     args = parser.parse_args()
     console = Console(width=160)
     rng = np.random.default_rng(0)
@@ -274,7 +320,8 @@ def main() -> None:
     ratios: list[str] = []
 
     base_rss = psutil.Process().memory_info().rss / 2**20
-    encoded, queue = [], []
+    encoded: list[bytes] = []
+    queue: list[tuple[int, QueueEntry]] = []
     for i in range(args.inflight):
         events, entry = rollout_events(i, rng, args.calls)
         encoded.extend(codec.encode(e) for e in events)
@@ -323,11 +370,12 @@ def main() -> None:
         assert len(replay.samples) == args.rollouts
         for workers in (1, 2):
             with console.status(f"{workers} live worker(s) working through a backlog…"):
-                events, span, rate, peak = live_worker_rate(
-                    bootstrap, home, args.rollouts, rng, args.calls, workers
+                timeline = args.timeline if workers == 1 else None
+                done, span, rate, peak = live_worker_rate(
+                    bootstrap, home, args.rollouts, rng, args.calls, workers, timeline
                 )
             label = "live worker" if workers == 1 else f"{workers} live workers in one group"
-            table.add_row(f"{label} (sink on), backlog of {args.rollouts} rollouts", str(events),
+            table.add_row(f"{label} (sink on), backlog of {args.rollouts} rollouts", str(done),
                           f"{span:.2f}", f"{rate:.0f}", f"{peak:.0f}")  # fmt: skip
             ratios.append(f"{workers} worker(s) {rate / replay_rate:.2f}x")
         with console.status(f"live worker holding {args.inflight} rollouts in flight…"):
