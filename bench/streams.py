@@ -37,7 +37,7 @@ from rich.table import Table
 sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).parent.resolve()]
 
 from infra.config import InfraSettings  # noqa: E402
-from infra.kafka_clients import ensure_topics, sync_producer  # noqa: E402
+from infra.kafka_clients import BATCH_BYTES, ensure_topics, sync_producer  # noqa: E402
 from infra.local_broker import LocalBroker, free_port  # noqa: E402
 from infra.log_reader import LogRange  # noqa: E402
 from schemas import codec  # noqa: E402
@@ -102,7 +102,7 @@ def fresh_topics(bootstrap: str, tag: str) -> dict[str, str]:
 
 def produce(bootstrap: str, topics: dict[str, str], first: int, count: int, *,
             finished: bool, rng: np.random.Generator, calls: int) -> int:  # fmt: skip
-    producer = sync_producer(bootstrap, linger_ms=5, batch_size=1 << 20)
+    producer = sync_producer(bootstrap, linger_ms=5, batch_size=BATCH_BYTES)
     sent = 0
     for i in range(first, first + count):
         events, entry = rollout_events(i, rng, calls)
@@ -348,7 +348,7 @@ def main() -> None:
         specs = tuple(TopicSpec(f"bench.{s.name}.{suffix}", s.record, s.partitions, s.configs)
                       for s in (EVENTS, QUEUE, POLICY))  # fmt: skip
         ensure_topics(bootstrap, specs, 30)
-        producer = sync_producer(bootstrap, linger_ms=5, batch_size=1 << 20)
+        producer = sync_producer(bootstrap, linger_ms=5, batch_size=BATCH_BYTES)
         count = 0
         for i in range(args.rollouts):
             events, entry = rollout_events(i, rng, args.calls)

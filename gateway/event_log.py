@@ -154,7 +154,7 @@ class EventLog:
                 for env in envelopes
             ]
             await asyncio.gather(*futures)
-        except (KafkaError, OSError) as exc:
+        except Exception as exc:  # handed to the appender, never lost in the rounds task
             if not done.done():
                 done.set_exception(exc)
         else:

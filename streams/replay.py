@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 from clickhouse_connect.driver.client import Client
 
-from infra.kafka_clients import Delivered, ensure_topics, sync_producer
+from infra.kafka_clients import BATCH_BYTES, Delivered, ensure_topics, sync_producer
 from infra.log_reader import LogRange, read_log
 from schemas import codec
 from schemas.records import DeadLetter, Envelope, PolicyUpdated, QueueEntry
@@ -80,7 +80,7 @@ def run_replay(
         result.stats["call_rows"] = insert_calls(sink, call_rows(envelopes))
     out = derived_train_topic(out_topic)
     ensure_topics(bootstrap, (out,), timeout_s=30)
-    producer = sync_producer(bootstrap, linger_ms=5, batch_size=1 << 20)
+    producer = sync_producer(bootstrap, linger_ms=5, batch_size=BATCH_BYTES)
     try:
         for letter in dead:
             producer.send(DLQ.name, codec.encode(letter), key=letter.key)
