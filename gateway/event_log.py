@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Sequence
-from typing import Protocol
+from typing import Any, Protocol
 
 from aiokafka import AIOKafkaProducer
 from aiokafka.errors import (
@@ -107,17 +107,37 @@ class EventLog:
         if self._rounds is None or self._rounds.done():
             self._rounds = asyncio.create_task(self._send_rounds(), name="event-log-rounds")
         try:
-            await asyncio.wait_for(asyncio.shield(done), self.timeout_s)
+            async with asyncio.timeout(self.timeout_s):  # cancels `done`: a round skips it
+                await done
         except (KafkaError, TimeoutError, OSError) as exc:
             log.warning("events of %s not acknowledged: %r", envelopes[0].rollout_id, exc)
             await self._renew_if_broken(exc)
             raise EventLogUnavailableError(UNAVAILABLE) from exc
 
     async def _send_rounds(self) -> None:
+        """Each round's sends are made here, one after another in arrival order, and answered
+        by callbacks on their deliveries: no task or gather per call."""
         while self._gathering:
             batch, self._gathering = self._gathering, []
-            sends = [asyncio.ensure_future(self._send_all(envs, done)) for envs, done in batch]
-            await asyncio.wait(sends)
+            deliveries: list[asyncio.Future[Any]] = []
+            for envelopes, done in batch:
+                if done.done():  # its caller stopped waiting (timed out, or gone)
+                    continue
+                try:
+                    sent = [
+                        await self.producer.send(
+                            self.events_topic, codec.encode(env), key=env.rollout_id.encode()
+                        )
+                        for env in envelopes
+                    ]
+                except Exception as exc:  # handed to the appender, never lost in this task
+                    if not done.done():
+                        done.set_exception(exc)
+                    continue
+                _answer_when_delivered(sent, done)
+                deliveries.extend(sent)
+            if deliveries:
+                await asyncio.wait(deliveries)
 
     async def _renew_if_broken(self, exc: BaseException) -> None:
         """After a broker restart the idempotent producer's sequence numbers can have a gap the
@@ -145,18 +165,24 @@ class EventLog:
         except (KafkaError, OSError, TimeoutError):
             log.warning("an old producer did not stop cleanly")
 
-    async def _send_all(self, envelopes: Sequence[Envelope], done: asyncio.Future[None]) -> None:
-        try:
-            futures = [
-                await self.producer.send(
-                    self.events_topic, codec.encode(env), key=env.rollout_id.encode()
-                )
-                for env in envelopes
-            ]
-            await asyncio.gather(*futures)
-        except Exception as exc:  # handed to the appender, never lost in the rounds task
-            if not done.done():
-                done.set_exception(exc)
+
+def _answer_when_delivered(sent: Sequence[asyncio.Future[Any]], done: asyncio.Future[None]) -> None:
+    """``done`` gets the first failure among ``sent``, else its result once all are delivered."""
+    remaining = len(sent)
+
+    def delivered(future: asyncio.Future[Any]) -> None:
+        nonlocal remaining
+        remaining -= 1
+        if future.cancelled():  # the producer stopped (renewed) before it delivered
+            failure: BaseException | None = KafkaError("delivery cancelled")
         else:
-            if not done.done():
-                done.set_result(None)
+            failure = future.exception()
+        if done.done():
+            return
+        if failure is not None:
+            done.set_exception(failure)
+        elif remaining == 0:
+            done.set_result(None)
+
+    for future in sent:
+        future.add_done_callback(delivered)

@@ -62,3 +62,30 @@ async def test_appends_arriving_during_a_round_go_together_in_the_next():
     with pytest.raises(EventLogUnavailableError):
         await later[0]
     await later[1]  # its neighbour's failure is not its own
+
+
+async def test_an_append_whose_caller_stopped_waiting_is_not_sent_in_the_next_round():
+    log, producer = await started_log()
+    a, b, c = (rollout(r, "g", 1, 0, 0.0, 1.0)[:2] for r in "abc")
+    first = asyncio.create_task(log.append(a))
+    await asyncio.sleep(0.01)
+    gone, kept = asyncio.create_task(log.append(b)), asyncio.create_task(log.append(c))
+    await asyncio.sleep(0.01)
+    gone.cancel()  # e.g. the agent disconnected while its call waited for the next round
+    for _, ack in producer.sent:
+        ack.set_result(None)
+    await first
+    await asyncio.sleep(0.01)
+    assert producer.keys()[2:] == [b"c", b"c"]
+    for _, ack in producer.sent[2:]:
+        ack.set_result(None)
+    await kept
+
+
+async def test_a_delivery_cancelled_by_a_stopping_producer_is_unavailable_not_a_cancel():
+    log, producer = await started_log()
+    call = asyncio.create_task(log.append(rollout("a", "g", 1, 0, 0.0, 1.0)[:2]))
+    await asyncio.sleep(0.01)
+    producer.sent[0][1].cancel()
+    with pytest.raises(EventLogUnavailableError):
+        await call
