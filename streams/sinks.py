@@ -7,6 +7,7 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
+from clickhouse_connect.driver import options as driver_options
 from clickhouse_connect.driver.client import Client
 from clickhouse_connect.driver.exceptions import ClickHouseError
 
@@ -120,6 +121,14 @@ def insert_calls(client: Client, rows: Sequence[list[Any]]) -> int:
     return len(rows)
 
 
+def _resolve_driver_extras() -> None:
+    """clickhouse_connect imports pandas (its DataFrame support) at a client's first insert:
+    0.3-0.7 s of a blocked event loop in the middle of a worker's first backlog (in a profile
+    of bench/streams.py, 4.5% of the live worker's run). Done once the buffer exists instead."""
+    if driver_options.pd is None:
+        log.debug("pandas is not installed: clickhouse_connect inserts rows only")
+
+
 class SinkBuffer:
     """Rows gathered for batch inserts: one small insert into chDB costs about as much as a
     thousand rows. A rollout's (or a step's) newest row wins within a batch, as in the table.
@@ -149,6 +158,7 @@ class SinkBuffer:
         """Inserts failed in a row."""
         self._retry_at = float("-inf")
         self._after: list[Callable[[], None]] = []
+        _resolve_driver_extras()
 
     def after_stored(self, action: Callable[[], None]) -> None:
         """Run ``action`` once every row added so far is in the store: at once when nothing

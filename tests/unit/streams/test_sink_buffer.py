@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+from pathlib import Path
+
 import faust
 from clickhouse_connect.driver.exceptions import OperationalError
 
@@ -94,3 +98,15 @@ def test_what_waits_for_the_rows_runs_once_they_are_stored_not_before():
     clock.t = 5.0
     assert buffer.flush() and done == ["nothing waited", "after c1"]
     assert client.rows["calls"] == [["c1"]]
+
+
+def test_the_drivers_pandas_import_happens_when_the_buffer_is_made_not_at_its_first_insert():
+    """A worker's first flush would otherwise block its event loop for the import."""
+    script = (
+        "import sys\n"
+        "from streams.sinks import SinkBuffer\n"
+        "assert 'pandas' not in sys.modules\n"
+        "SinkBuffer(None)\n"
+        "assert 'pandas' in sys.modules\n"
+    )
+    subprocess.run([sys.executable, "-c", script], check=True, cwd=Path(__file__).parents[3])
