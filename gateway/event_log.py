@@ -123,18 +123,17 @@ class EventLog:
             for envelopes, done in batch:
                 if done.done():  # its caller stopped waiting (timed out, or gone)
                     continue
+                sent: list[asyncio.Future[Any]] = []
                 try:
-                    sent = [
-                        await self.producer.send(
-                            self.events_topic, codec.encode(env), key=env.rollout_id.encode()
+                    for env in envelopes:
+                        key = env.rollout_id.encode()
+                        sent.append(
+                            await self.producer.send(self.events_topic, codec.encode(env), key=key)
                         )
-                        for env in envelopes
-                    ]
                 except Exception as exc:  # handed to the appender, never lost in this task
                     if not done.done():
                         done.set_exception(exc)
-                    continue
-                _answer_when_delivered(sent, done)
+                _answer_when_delivered(sent, done)  # those sent before a failure: waited for too
                 deliveries.extend(sent)
             if deliveries:
                 await asyncio.wait(deliveries)
@@ -146,15 +145,15 @@ class EventLog:
         if not isinstance(exc, BROKEN_PRODUCER) or self._renewing:
             return
         self._renewing = True
-        old, self.producer = self.producer, self._new_producer()
+        fresh = self._new_producer()
         try:
             log.warning("Kafka refused the producer's state (%r): starting a new producer", exc)
-            await asyncio.wait_for(self.producer.start(), self.timeout_s)
+            await asyncio.wait_for(fresh.start(), self.timeout_s)
         except (KafkaError, OSError, TimeoutError) as start_failed:
             log.warning("the new producer could not start yet: %r", start_failed)
-            failed, self.producer = self.producer, old
-            await self._stop(failed)
-        else:
+            await self._stop(fresh)
+        else:  # only a started producer takes sends: one that never starts would hold a round
+            old, self.producer = self.producer, fresh
             await self._stop(old)
         finally:
             self._renewing = False
@@ -169,12 +168,14 @@ class EventLog:
 def _answer_when_delivered(sent: Sequence[asyncio.Future[Any]], done: asyncio.Future[None]) -> None:
     """``done`` gets the first failure among ``sent``, else its result once all are delivered."""
     remaining = len(sent)
+    if remaining == 0 and not done.done():
+        done.set_result(None)
 
     def delivered(future: asyncio.Future[Any]) -> None:
         nonlocal remaining
         remaining -= 1
-        if future.cancelled():  # the producer stopped (renewed) before it delivered
-            failure: BaseException | None = KafkaError("delivery cancelled")
+        if future.cancelled():  # aiokafka fails deliveries rather than cancel them; if one is
+            failure: BaseException | None = KafkaError("delivery cancelled")  # a 503 all the same
         else:
             failure = future.exception()
         if done.done():

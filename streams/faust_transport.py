@@ -4,7 +4,8 @@ Faust builds its consumer with a fixed 1,500 ms ``fetch_max_wait_ms`` and no set
 A fetch that names only partitions with nothing new — the worker's own internal topic, while
 the events it fetched before are still being processed — is held that long by the broker, and
 the next fetch, for the events behind it, waits behind that one: in a backlog the worker sat
-idle 1-1.5 s at a time (bench/streams.py --timeline). With 50 ms those gaps close.
+idle 1-1.5 s at a time (bench/streams.py --timeline). With 50 ms those gaps close; an idle
+worker fetches 20 times a second instead of about once.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ class _Consumer(faust_aiokafka.Consumer):  # type: ignore[misc]
 
 
 class Transport(faust_aiokafka.Transport):  # type: ignore[misc]
-    """Set as ``app.transport`` before the app's first topic is declared."""
+    """Set as ``app.transport`` before ``app.transport`` or ``app.consumer`` is first read
+    (both are made lazily; the consumer is made from the transport)."""
 
     Consumer = _Consumer
