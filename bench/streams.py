@@ -25,6 +25,7 @@ import sys
 import tempfile
 import time
 import uuid
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -281,20 +282,21 @@ def _written(bootstrap: str, topic: str) -> int:
         consumer.close()
 
 
-def _tree_cpu_s(pid: int) -> float:
+def _tree_sum(pid: int, measure: Callable[[psutil.Process], float]) -> float:
+    """``measure`` summed over a process and its children (0 once it is gone)."""
     try:
         proc = psutil.Process(pid)
-        return sum(sum(p.cpu_times()[:2]) for p in [proc, *proc.children(recursive=True)])
+        return sum(measure(p) for p in [proc, *proc.children(recursive=True)])
     except psutil.Error:
         return 0.0
+
+
+def _tree_cpu_s(pid: int) -> float:
+    return _tree_sum(pid, lambda p: sum(p.cpu_times()[:2]))
 
 
 def _tree_rss_mb(pid: int) -> float:
-    try:
-        proc = psutil.Process(pid)
-        return sum(p.memory_info().rss for p in [proc, *proc.children(recursive=True)]) / 2**20
-    except psutil.Error:
-        return 0.0
+    return _tree_sum(pid, lambda p: p.memory_info().rss / 2**20)
 
 
 def peak_rss_mb() -> float:
