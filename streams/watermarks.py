@@ -172,6 +172,16 @@ class SharedHorizon:
             return min(reached)
         return min(reached) - self.lateness
 
+    def still(self, partitions: int) -> bool:
+        """Every one of the ``partitions`` of forge.events caught up and quiet, the horizon at
+        the newest event: without a new event it cannot move again."""
+        return self._newest is not None and all(
+            (mark := self._marks.get(p)) is not None
+            and mark.quiet
+            and self._certified.get(p) == self._newest
+            for p in range(partitions)
+        )
+
 
 def combined(horizons: list[datetime | None]) -> datetime | None:
     """The horizon a worker owning several scorer partitions may tick its groups at."""

@@ -89,6 +89,14 @@ def test_a_quiet_partition_holds_nothing_back_and_a_quiet_log_reaches_its_newest
     assert rounds(live, live).horizon(3) == at(100) - LATENESS
     quiet = [caught_up(0, 100, True), caught_up(1, 95, True), caught_up(2, 10, True)]
     assert rounds(quiet, quiet).horizon(3) == at(100)
+    assert rounds(quiet, quiet).still(3) and not rounds(live, live).still(3)
+    assert not rounds(quiet, quiet).still(4)  # a partition never heard of
+    # Quiet, but the certificates predate the newest event (read in the last round): the
+    # horizon moves once more without a new event.
+    earlier = [caught_up(0, 90, True), caught_up(1, 95, True), caught_up(2, 10, True)]
+    moving = rounds(earlier, quiet)
+    assert moving.horizon(3) == at(90) and not moving.still(3)
+    assert rounds(earlier, quiet, quiet).still(3)
 
 
 def test_a_silent_owner_holds_the_horizon_where_its_last_word_left_it() -> None:
