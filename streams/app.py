@@ -8,7 +8,7 @@
   forge.trajectories (and their calls to the calls table), then its mark to a compacted topic;
   every ``group_check_s`` each partition claims how far its trajectories are written
   (``streams.scored_through``), the sequencer's watermark.
-- ``sequence`` (a task over forge.queue, forge.trajectories and forge.policy): the
+- ``sequence`` (a task over forge.queue, forge.trajectories, forge.policy and the claims): the
   event-time sequencer, active in one worker of the group at a time, fenced by the broker and
   exact across restarts by sample identity (``streams.live_sequencer``); it writes the
   rollouts table.
@@ -32,7 +32,7 @@ from typing import Any, cast
 
 import faust
 from aiokafka.errors import KafkaError
-from faust.exceptions import ConsumerNotStarted
+from faust.exceptions import ConsumerNotStarted, ProducerSendError
 from faust.types import TP
 
 from infra.analytics import analytics_client, ensure_tables
@@ -50,7 +50,7 @@ from streams.group_scorer import GroupScorer
 from streams.live_sequencer import run_sequencer
 from streams.live_state import Generations, LiveState, ScorerPartition
 from streams.open_rollouts import EndedRollout, OpenRollouts
-from streams.scored_through import ScoredThrough, scored_through_topic
+from streams.scored_through import ScoredThrough, newest_claimed, scored_through_topic
 from streams.settled_groups import SettledGroups, SettledMark, read_marks
 from streams.sinks import SinkBuffer, call_rows
 from streams.sql_endpoint import open_endpoint
@@ -123,8 +123,9 @@ def create_streams_app(
     marks = app.topic(marks_topic, key_type=bytes, value_type=bytes, partitions=partitions,
                       internal=True)  # fmt: skip
     trajectories = app.topic(settings.trajectories_topic, key_type=bytes, value_type=bytes)
-    scored = app.topic(scored_through_topic(settings.app_id), key_type=bytes, value_type=bytes,
-                       partitions=1, internal=True)  # fmt: skip
+    claims_topic = scored_through_topic(settings.app_id)
+    scored = app.topic(claims_topic, key_type=bytes, value_type=bytes, partitions=partitions,
+                       internal=True)  # fmt: skip
     dlq = app.topic(DLQ.name, key_type=bytes, value_type=bytes)
 
     timeout = timedelta(seconds=config.group_timeout_s)
@@ -191,7 +192,8 @@ def create_streams_app(
                                      time.monotonic())  # fmt: skip
 
     async def scorer_of(state: LiveState, partition: int) -> ScorerPartition:
-        """The partition's scorer, its marks loaded first (once per generation)."""
+        """The partition's scorer, its marks and the newest event time claimed for it loaded
+        first (once per generation)."""
         found = state.scorers.get(partition)
         if found is not None:
             return found
@@ -199,9 +201,12 @@ def create_streams_app(
         for record, reason in settled.load(await read_marks(bootstrap, marks_topic, partition)):
             await letters.of(marks_topic, partition, record.offset, reason, record.key,
                              record.value)  # fmt: skip
-        found = ScorerPartition(
-            GroupScorer(timeout, config.rewards, settled), SharedHorizon(lateness)
-        )
+        horizon = SharedHorizon(lateness)
+        claimed = await read_marks(bootstrap, claims_topic, partition)  # read as marks are
+        newest = newest_claimed([record.value for record in claimed])
+        if newest is not None:
+            horizon.knew(newest)
+        found = ScorerPartition(GroupScorer(timeout, config.rewards, settled), horizon)
         return state.scorers.setdefault(partition, found)
 
     async def send_mark(groups: GroupScorer, partition: int, group: bytes,
@@ -326,13 +331,20 @@ def create_streams_app(
     async def send_claims(trajectory_ends: EndOffsets) -> None:
         """The ends are asked after the claims are made: what each covers lies below them."""
         state = generations.current(_generation(app))
-        claims: dict[int, tuple[datetime, bool]] = {}
+        claims: dict[int, tuple[datetime, bool, datetime | None]] = {}
         for partition, scorer in list(state.scorers.items() if state else ()):
             horizon = scorer.horizon.horizon(partitions)
             if horizon is not None:
                 idle = scorer.horizon.still(partitions) and scorer.groups.idle(horizon)
-                claims[partition] = scorer.groups.scored_through(horizon), idle
+                through = scorer.groups.scored_through(horizon)
+                claims[partition] = through, idle, scorer.horizon.newest
         if not claims:
+            return
+        if not trajectory_partitions:  # metadata not there yet: claims naming none are void
+            topics = (settings.trajectories_topic,)
+            trajectory_partitions.extend(
+                await asyncio.to_thread(topic_partitions, bootstrap, topics)
+            )
             return
         try:
             ends = await trajectory_ends.of(trajectory_partitions)
@@ -340,9 +352,14 @@ def create_streams_app(
             log.warning("scored-through claims skipped this round: %r", error)  # the broker away
             return
         by_partition = {tp.partition: offset for tp, offset in ends.items()}
-        for partition, (through, idle) in claims.items():
-            claim = ScoredThrough(partition, partitions, through, by_partition, idle)
-            await scored.send(key=str(partition).encode(), value=claim.encode())
+        for partition, (through, idle, newest) in claims.items():
+            claim = ScoredThrough(partition, partitions, through, by_partition, idle, newest)
+            try:
+                await scored.send(
+                    key=str(partition).encode(), value=claim.encode(), partition=partition
+                )
+            except (KafkaError, ProducerSendError) as error:
+                log.warning("a scored-through claim skipped: %r", error)
 
     async def commit_floors(state: LiveState | None) -> None:
         """Commit each partition's floor (``streams.commit_floor``) that moved; the sink's
@@ -472,5 +489,5 @@ def internal_topics(app_id: str, partitions: int) -> tuple[TopicSpec, ...]:
     return (
         TopicSpec(ended_topic(app_id), Envelope, partitions, configs),
         TopicSpec(settled_topic(app_id), Envelope, partitions, compacted),
-        TopicSpec(scored_through_topic(app_id), Envelope, 1, hourly),
+        TopicSpec(scored_through_topic(app_id), Envelope, partitions, hourly),
     )

@@ -119,10 +119,13 @@ class GroupScorer:
     def scored_through(self, horizon: datetime) -> datetime:
         """Every trajectory of this partition completed before the time returned has been
         acknowledged (``streams.scored_through``), given that every member that ended by
-        ``horizon`` has arrived: a group still open completes at its deadline or when a
-        member not yet here ends, after the horizon."""
+        ``horizon`` has arrived. A group still open completes no earlier than the first end
+        among its members here: complete, at its last member's end; timed out, at its
+        deadline, which any member it scores ended by (one not here yet ended after the
+        horizon). Not its deadline as it stands: a member still to come may have started
+        earlier and move it back."""
         bounds = [horizon + _RESOLUTION, *self._unwritten.values()]
-        bounds += [deadline((m.assembled for m in members.values()), self.timeout)
+        bounds += [min(m.assembled.ended_ts for m in members.values())
                    for members in self._open.values()]  # fmt: skip
         return min(bounds)
 

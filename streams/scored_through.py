@@ -36,7 +36,22 @@ beyond this are dropped (only progress is lost, never correctness)."""
 
 
 def scored_through_topic(app_id: str) -> str:
+    """Partitioned as the scorer's topic: partition p holds scorer partition p's claims."""
     return f"{app_id}.scored-through"
+
+
+def newest_claimed(values: list[bytes | None]) -> datetime | None:
+    """The newest event time in a partition's claims (its log, in order), for its next owner;
+    what is not a claim is skipped."""
+    newest: datetime | None = None
+    for raw in values:
+        try:
+            claim = None if raw is None else ScoredThrough.decode(raw)
+        except ValueError:
+            continue
+        if claim is not None and claim.newest is not None:
+            newest = claim.newest if newest is None else max(newest, claim.newest)
+    return newest
 
 
 @dataclass(frozen=True)
@@ -51,28 +66,33 @@ class ScoredThrough:
     idle: bool = False
     """Every events partition quiet, and nothing scored or due below the horizon unwritten:
     until new events arrive, only groups timing out later can add a trajectory."""
+    newest: datetime | None = None
+    """The newest event time the partition's horizon knew: a next owner starts from it (a
+    rebalance forgets the event times of records it does not read again)."""
 
     def encode(self) -> bytes:
+        newest = None if self.newest is None else self.newest.isoformat()
         return json.dumps(
             [self.partition, self.partitions, self.through.isoformat(),
-             {str(q): offset for q, offset in sorted(self.ends.items())}, self.idle]
+             {str(q): offset for q, offset in sorted(self.ends.items())}, self.idle, newest]
         ).encode()  # fmt: skip
 
     @classmethod
     def decode(cls, raw: bytes) -> ScoredThrough:
         """The claim ``raw`` holds; ValueError for anything else."""
         try:
-            partition, partitions, through, ends, idle = json.loads(raw)
+            partition, partitions, through, ends, idle, newest = json.loads(raw)
             claim = cls(
                 int(partition),
                 int(partitions),
                 datetime.fromisoformat(through),
                 {int(q): int(offset) for q, offset in ends.items()},
                 idle is True,
+                None if newest is None else datetime.fromisoformat(newest),
             )
         except (TypeError, ValueError, AttributeError) as error:
             raise ValueError(f"not a scored-through claim: {error}") from error
-        if claim.through.tzinfo is None:
+        if claim.through.tzinfo is None or (claim.newest and claim.newest.tzinfo is None):
             raise ValueError("a scored-through claim without a time zone")
         if not 0 <= claim.partition < claim.partitions:
             raise ValueError(f"partition {claim.partition} of {claim.partitions}")
@@ -88,6 +108,9 @@ class ScoredHorizon:
     _pending: dict[int, list[ScoredThrough]] = field(default_factory=dict)
     _latest: dict[int, tuple[ScoredThrough, float]] = field(default_factory=dict)
     """Each partition's claim read last, and when (this process's monotonic clock)."""
+    _busy_at: dict[int, float] = field(default_factory=dict)
+    """When each partition's last claim that was not idle was read: a resumed zombie may
+    claim idle from before its pause while the partition's owner has work on its way."""
 
     def saw(self, claim: ScoredThrough, now: float) -> None:
         self._partitions = claim.partitions
@@ -95,13 +118,18 @@ class ScoredHorizon:
         pending.append(claim)
         del pending[:-PENDING_KEEP]
         self._latest[claim.partition] = (claim, now)
+        if not claim.idle:
+            self._busy_at[claim.partition] = now
 
     def read_to(self, positions: Mapping[int, int]) -> None:
-        """forge.trajectories has been read up to ``positions`` (partition: next offset)."""
+        """forge.trajectories has been read up to ``positions`` (partition: next offset). A
+        claim that does not name every partition read covers nothing yet."""
         for partition, pending in self._pending.items():
             kept = []
             for claim in pending:
-                if all(positions.get(q, 0) >= end for q, end in claim.ends.items()):
+                if set(claim.ends) >= set(positions) and all(
+                    positions.get(q, 0) >= end for q, end in claim.ends.items()
+                ):
                     at = claim.through.timestamp()
                     self._through[partition] = max(self._through.get(partition, at), at)
                 else:
@@ -126,6 +154,8 @@ class ScoredHorizon:
         for partition in range(self._partitions):
             claim, read_at = self._latest.get(partition, (None, -math.inf))
             if claim is None or not claim.idle or now - read_at > within_s:
+                return False
+            if now - self._busy_at.get(partition, -math.inf) <= within_s:
                 return False
             if self._pending.get(partition):
                 return False

@@ -200,9 +200,11 @@ def test_scored_through_stops_below_open_groups_and_trajectories_not_yet_acknowl
     horizon = T0 + timedelta(seconds=100)
     assert groups.scored_through(horizon) == horizon + timedelta(microseconds=1)
     assert offer(b"open", bundle(rollout("o", "open", 2, 0, 50.0, 52.0))) is None
-    open_deadline = T0 + timedelta(seconds=50) + TIMEOUT
-    assert groups.scored_through(horizon) == horizon + timedelta(microseconds=1)
-    assert groups.scored_through(open_deadline) == open_deadline  # due, not yet ticked
+    first_end = T0 + timedelta(seconds=52)
+    assert groups.scored_through(horizon) == first_end
+    assert groups.scored_through(first_end - timedelta(seconds=10)) == first_end - timedelta(
+        seconds=10, microseconds=-1
+    )
     a, b = rollout("a", "g", 2, 1, 10.0, 20.0), rollout("b", "g", 2, 2, 10.0, 30.0)
     offer(b"g", bundle(a))
     settled = offer(b"g", bundle(b))
@@ -210,9 +212,25 @@ def test_scored_through_stops_below_open_groups_and_trajectories_not_yet_acknowl
     completed = T0 + timedelta(seconds=30)
     assert groups.scored_through(horizon) == completed  # sent, not acknowledged
     groups.written(b"g")
-    assert groups.scored_through(horizon) == horizon + timedelta(microseconds=1)
+    assert groups.scored_through(horizon) == first_end  # the open group again
     groups.marked(b"g")
-    assert groups.scored_through(horizon) == horizon + timedelta(microseconds=1)
+    assert groups.scored_through(horizon) == first_end
+
+
+def test_a_member_that_started_earlier_moves_the_deadline_back_and_the_claim_held_below_it():
+    """B (started 20 s, ended 25 s) arrives first: the group's deadline is 80 s as it stands.
+    A started at 10 s and ends at 75 s, after the true deadline (70 s): the group times out
+    at 70 s, B scored. A claim at the deadline as it stood (80 s) would have been false."""
+    groups = scorer()
+    offer = Arrivals(groups)
+    b_member, a_member = rollout("b", "g", 2, 1, 20.0, 25.0), rollout("a", "g", 2, 0, 10.0, 75.0)
+    assert offer(b"g", bundle(b_member)) is None
+    claim = groups.scored_through(T0 + timedelta(seconds=72))
+    settled = offer(b"g", bundle(a_member))
+    assert settled is not None and settled.mark is not None and settled.mark.timed_out
+    (scored,) = settled.trajectories
+    assert scored.group_completed_ts == T0 + timedelta(seconds=70)
+    assert claim <= scored.group_completed_ts
 
 
 def test_a_group_whose_members_were_all_rejected_does_not_hold_the_claim():

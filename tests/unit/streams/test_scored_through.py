@@ -8,12 +8,16 @@ from datetime import timedelta
 
 import pytest
 
-from streams.scored_through import PENDING_KEEP, ScoredHorizon, ScoredThrough
+from streams.scored_through import PENDING_KEEP, ScoredHorizon, ScoredThrough, newest_claimed
 from tests.builders import T0
 
 
-def claim(partition: int, seconds: float, ends: dict[int, int], partitions: int = 2, idle=False):
-    return ScoredThrough(partition, partitions, T0 + timedelta(seconds=seconds), ends, idle)
+def claim(partition: int, seconds: float, ends: dict[int, int], partitions: int = 2, idle=False,
+          newest: float | None = None):  # fmt: skip
+    newest_ts = None if newest is None else T0 + timedelta(seconds=newest)
+    return ScoredThrough(
+        partition, partitions, T0 + timedelta(seconds=seconds), ends, idle, newest_ts
+    )
 
 
 NOW = 100.0
@@ -24,8 +28,8 @@ def at(seconds: float) -> float:
 
 
 def test_a_claim_survives_its_encoding():
-    for idle in (False, True):
-        original = claim(1, 12.5, {0: 7, 1: 0, 3: 12}, partitions=4, idle=idle)
+    for idle, newest in ((False, None), (True, 20.0)):
+        original = claim(1, 12.5, {0: 7, 1: 0, 3: 12}, partitions=4, idle=idle, newest=newest)
         assert ScoredThrough.decode(original.encode()) == original
 
 
@@ -34,11 +38,12 @@ def test_a_claim_survives_its_encoding():
     [
         b"garbage",
         b"[]",
-        b'[0, 2, "2026-01-01T00:00:00", {}, false]',  # no time zone
-        b'[2, 2, "2026-01-01T00:00:00+00:00", {}, false]',  # partition out of range
-        b'[0, 2, "2026-01-01T00:00:00+00:00", {"x": 1}, false]',
-        b'[0, 2, "2026-01-01T00:00:00+00:00", [], false]',
-        b'[0, 2, "2026-01-01T00:00:00+00:00", {}]',  # no idle
+        b'[0, 2, "2026-01-01T00:00:00", {}, false, null]',  # no time zone
+        b'[0, 2, "2026-01-01T00:00:00+00:00", {}, false, "2026-01-01T00:00:00"]',
+        b'[2, 2, "2026-01-01T00:00:00+00:00", {}, false, null]',  # partition out of range
+        b'[0, 2, "2026-01-01T00:00:00+00:00", {"x": 1}, false, null]',
+        b'[0, 2, "2026-01-01T00:00:00+00:00", [], false, null]',
+        b'[0, 2, "2026-01-01T00:00:00+00:00", {}, false]',  # no newest
     ],
 )
 def test_anything_but_a_claim_is_a_value_error(raw):
@@ -97,11 +102,39 @@ def test_the_end_of_a_log_is_applied_whole_only_when_every_owner_is_idle_and_sti
     horizon.saw(claim(1, 10.0, {0: 3}, idle=False), NOW)
     horizon.read_to({0: 3})
     assert not horizon.all_idle(NOW, 6.0)  # partition 1 has something on its way
+    horizon.saw(claim(0, 10.0, {0: 5}, idle=True), NOW + 4)
     horizon.saw(claim(1, 10.0, {0: 5}, idle=True), NOW + 4)
-    assert not horizon.all_idle(NOW + 4, 6.0)  # its trajectories below offset 5 not read yet
-    horizon.read_to({0: 5})
-    assert horizon.all_idle(NOW + 4, 6.0)
-    assert not horizon.all_idle(NOW + 7, 6.0)  # partition 0's owner stopped claiming
-    horizon.saw(claim(0, 10.0, {0: 5}, idle=True), NOW + 7)
+    assert not horizon.all_idle(NOW + 7, 6.0)  # their trajectories below offset 5 not read yet
     horizon.read_to({0: 5})
     assert horizon.all_idle(NOW + 7, 6.0)
+    assert not horizon.all_idle(NOW + 11, 6.0)  # both owners stopped claiming
+
+
+def test_a_claim_naming_fewer_partitions_than_are_read_covers_nothing():
+    horizon = ScoredHorizon()
+    horizon.saw(claim(0, 10.0, {0: 0}, partitions=1), NOW)
+    horizon.read_to({0: 5, 1: 5})
+    assert horizon.watermark() == -math.inf
+
+
+def test_a_zombies_idle_claim_does_not_hide_the_owners_work_on_its_way():
+    horizon = ScoredHorizon()
+    horizon.saw(claim(0, 10.0, {0: 1}, partitions=1, idle=False), NOW)  # the owner, busy
+    horizon.saw(claim(0, 9.0, {0: 1}, partitions=1, idle=True), NOW + 1)  # the zombie
+    horizon.read_to({0: 1})
+    assert not horizon.all_idle(NOW + 2, 6.0)
+    horizon.saw(claim(0, 12.0, {0: 1}, partitions=1, idle=True), NOW + 8)  # the owner, done
+    horizon.read_to({0: 1})
+    assert horizon.all_idle(NOW + 8, 6.0)
+
+
+def test_the_next_owner_starts_from_the_newest_event_time_claimed():
+    raws = [
+        claim(0, 5.0, {}, newest=30.0).encode(),
+        b"garbage",
+        None,
+        claim(0, 6.0, {}, newest=20.0).encode(),  # a zombie's, older
+        claim(0, 7.0, {}).encode(),
+    ]
+    assert newest_claimed(raws) == T0 + timedelta(seconds=30)
+    assert newest_claimed([]) is None

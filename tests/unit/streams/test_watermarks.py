@@ -130,3 +130,16 @@ def test_a_worker_ticks_at_the_lowest_horizon_of_the_partitions_it_scores() -> N
     assert combined([at(5), at(3)]) == at(3)
     assert combined([at(5), None]) is None
     assert combined([]) is None
+
+
+def test_a_next_owner_told_the_newest_event_time_reaches_it_though_no_watermark_carries_one():
+    """After a rebalance that reads nothing again, every watermark's newest is None: without
+    the previous owner's word the horizon stays unknown, and nothing times out or is claimed."""
+    nothing_read = [Watermark(p, None, True, True) for p in range(3)]
+    assert rounds(nothing_read, nothing_read).horizon(3) is None
+    told = SharedHorizon(LATENESS)
+    told.knew(at(100))
+    for marks in (nothing_read, nothing_read):
+        for mark in marks:
+            told.saw(mark)
+    assert told.horizon(3) == at(100) and told.still(3)
