@@ -6,6 +6,7 @@ Faust), kafka-python for synchronous tools (admin, replay, tests).
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -15,6 +16,7 @@ from typing import Any
 import kafka
 import kafka.errors
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+from aiokafka import errors as aiokafka_errors
 from kafka.admin import KafkaAdminClient
 
 from schemas import codec
@@ -112,6 +114,42 @@ def topic_partitions(bootstrap: str, topics: tuple[str, ...]) -> list[TopicParti
 
 def async_consumer(bootstrap: str, *topics: str, **overrides: Any) -> AIOKafkaConsumer:
     return AIOKafkaConsumer(*topics, bootstrap_servers=bootstrap, **{**CONSUMER_LARGE, **overrides})
+
+
+class EndOffsets:
+    """The end offsets of any partitions, asked of the broker by an idle consumer of our own
+    (inside Faust, its consumer's thread can take seconds to answer). Started at the first
+    question and made again after a failure; each question is bounded by ``timeout_s``."""
+
+    def __init__(self, bootstrap: str, timeout_s: float) -> None:
+        self.bootstrap = bootstrap
+        self.timeout_s = timeout_s
+        self._consumer: AIOKafkaConsumer | None = None
+
+    async def of(self, partitions: list[TopicPartition]) -> dict[TopicPartition, int]:
+        """Raises KafkaError or TimeoutError when the broker does not answer in time."""
+        try:
+            async with asyncio.timeout(self.timeout_s):
+                if self._consumer is None:
+                    consumer = AIOKafkaConsumer(
+                        bootstrap_servers=self.bootstrap, enable_auto_commit=False,
+                        request_timeout_ms=int(self.timeout_s * 1000),
+                    )  # fmt: skip
+                    try:
+                        await consumer.start()
+                    except BaseException:
+                        await consumer.stop()
+                        raise
+                    self._consumer = consumer
+                return dict(await self._consumer.end_offsets(partitions))
+        except (aiokafka_errors.KafkaError, TimeoutError):
+            await self.close()
+            raise
+
+    async def close(self) -> None:
+        consumer, self._consumer = self._consumer, None
+        if consumer is not None:
+            await consumer.stop()
 
 
 @dataclass(frozen=True)

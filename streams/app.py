@@ -5,8 +5,10 @@
   keyed by group.
 - ``score`` (internal topic, keyed by group): open groups are held in memory
   (``streams.group_scorer``); a complete group is scored, its trajectories go to
-  forge.trajectories (and their calls to the calls table), then its mark to a compacted topic.
-- ``sequence`` (a task over forge.queue, forge.trajectories and forge.policy): the
+  forge.trajectories (and their calls to the calls table), then its mark to a compacted topic;
+  every ``group_check_s`` each partition claims how far its trajectories are written
+  (``streams.scored_through``), the sequencer's watermark.
+- ``sequence`` (a task over forge.queue, forge.trajectories, forge.policy and the claims): the
   event-time sequencer, active in one worker of the group at a time, fenced by the broker and
   exact across restarts by sample identity (``streams.live_sequencer``); it writes the
   rollouts table.
@@ -23,22 +25,23 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from datetime import timedelta
+from dataclasses import replace
+from datetime import datetime, timedelta
 from functools import partial
 from typing import Any, cast
 
 import faust
 from aiokafka.errors import KafkaError
-from faust.exceptions import ConsumerNotStarted
+from faust.exceptions import ConsumerNotStarted, ProducerSendError
 from faust.types import TP
 
 from infra.analytics import analytics_client, ensure_tables
 from infra.config import InfraSettings
-from infra.kafka_clients import BATCH_BYTES, ensure_topics, topic_partitions
+from infra.kafka_clients import BATCH_BYTES, EndOffsets, ensure_topics, topic_partitions
 from infra.metrics_server import StreamsMetrics, serve_metrics
 from schemas import codec
 from schemas.records import Envelope, TrainStep
-from schemas.topics import DLQ, EVENTS, MAX_MESSAGE_BYTES, TopicSpec
+from schemas.topics import DLQ, EVENTS, MAX_MESSAGE_BYTES, TRAJECTORIES, TopicSpec
 from streams import bundles
 from streams.config import StreamsSettings, load_pipeline_config
 from streams.dead_letters import DeadLetters
@@ -47,6 +50,7 @@ from streams.group_scorer import GroupScorer
 from streams.live_sequencer import run_sequencer
 from streams.live_state import Generations, LiveState, ScorerPartition
 from streams.open_rollouts import EndedRollout, OpenRollouts
+from streams.scored_through import ScoredThrough, newest_claimed, scored_through_topic
 from streams.settled_groups import SettledGroups, SettledMark, read_marks
 from streams.sinks import SinkBuffer, call_rows
 from streams.sql_endpoint import open_endpoint
@@ -103,12 +107,14 @@ def create_streams_app(
         broker_heartbeat_interval=3.0,
     )
     # Faust's assignor ignores a topic missing from metadata at the first rebalance; on a loaded
-    # machine that once lost the bundles sent meanwhile. Created up front, nothing is missing.
+    # machine that once lost the bundles sent meanwhile. Created up front, nothing is missing
+    # (forge.trajectories too: the claims name its partitions).
     ensure_topics(
         bootstrap,
-        internal_topics(settings.app_id, partitions),
+        (*internal_topics(settings.app_id, partitions),
+         replace(TRAJECTORIES, name=settings.trajectories_topic)),
         timeout_s=infra.kafka_connect_timeout_s,
-    )
+    )  # fmt: skip
     scorer_topic, marks_topic = ended_topic(settings.app_id), settled_topic(settings.app_id)
     # acks=False: Faust never commits these; the floors are committed below.
     events = app.topic(settings.events_topic, key_type=bytes, value_type=bytes, acks=False)
@@ -117,6 +123,9 @@ def create_streams_app(
     marks = app.topic(marks_topic, key_type=bytes, value_type=bytes, partitions=partitions,
                       internal=True)  # fmt: skip
     trajectories = app.topic(settings.trajectories_topic, key_type=bytes, value_type=bytes)
+    claims_topic = scored_through_topic(settings.app_id)
+    scored = app.topic(claims_topic, key_type=bytes, value_type=bytes, partitions=partitions,
+                       internal=True)  # fmt: skip
     dlq = app.topic(DLQ.name, key_type=bytes, value_type=bytes)
 
     timeout = timedelta(seconds=config.group_timeout_s)
@@ -127,6 +136,7 @@ def create_streams_app(
         )
     )
     deliveries = Deliveries()
+    trajectory_partitions = topic_partitions(bootstrap, (settings.trajectories_topic,))
     metrics = StreamsMetrics(
         app.monitor,
         events_topic=settings.events_topic,
@@ -182,7 +192,8 @@ def create_streams_app(
                                      time.monotonic())  # fmt: skip
 
     async def scorer_of(state: LiveState, partition: int) -> ScorerPartition:
-        """The partition's scorer, its marks loaded first (once per generation)."""
+        """The partition's scorer, its marks and the newest event time claimed for it loaded
+        first (once per generation)."""
         found = state.scorers.get(partition)
         if found is not None:
             return found
@@ -190,15 +201,20 @@ def create_streams_app(
         for record, reason in settled.load(await read_marks(bootstrap, marks_topic, partition)):
             await letters.of(marks_topic, partition, record.offset, reason, record.key,
                              record.value)  # fmt: skip
-        found = ScorerPartition(
-            GroupScorer(timeout, config.rewards, settled), SharedHorizon(lateness)
-        )
+        horizon = SharedHorizon(lateness)
+        claimed = await read_marks(bootstrap, claims_topic, partition)  # read as marks are
+        newest = newest_claimed([record.value for record in claimed])
+        if newest is not None:
+            horizon.knew(newest)
+        found = ScorerPartition(GroupScorer(timeout, config.rewards, settled), horizon)
         return state.scorers.setdefault(partition, found)
 
     async def send_mark(groups: GroupScorer, partition: int, group: bytes,
                         mark: SettledMark) -> None:  # fmt: skip
-        """After the group's trajectories and its calls rows: its mark (nothing reads the group
-        again once it is marked), then the floor may pass it."""
+        """After the group's trajectories (from now on its claims may pass the group) and its
+        calls rows: its mark (nothing reads the group again once it is marked), then the floor
+        may pass it."""
+        groups.written(group)
         if buffer is not None:
             stored: asyncio.Future[None] = asyncio.get_running_loop().create_future()
             buffer.after_stored(partial(stored.set_result, None))
@@ -299,6 +315,51 @@ def create_streams_app(
             for group in scorer.groups.settled.prune(horizon):
                 await marks.send(key=group, value=None, partition=partition,
                                  value_serializer="raw")  # fmt: skip
+
+    @app.task
+    async def claim_scored_through() -> None:
+        """Every ``group_check_s`` each scorer partition claims how far its trajectories are
+        written (``streams.scored_through``)."""
+        ends = EndOffsets(bootstrap, timeout_s=5 * settings.group_check_s)
+        try:
+            while True:
+                await asyncio.sleep(settings.group_check_s)
+                await send_claims(ends)
+        finally:
+            await ends.close()
+
+    async def send_claims(trajectory_ends: EndOffsets) -> None:
+        """The ends are asked after the claims are made: what each covers lies below them."""
+        state = generations.current(_generation(app))
+        claims: dict[int, tuple[datetime, bool, datetime | None]] = {}
+        for partition, scorer in list(state.scorers.items() if state else ()):
+            horizon = scorer.horizon.horizon(partitions)
+            if horizon is not None:
+                idle = scorer.horizon.still(partitions) and scorer.groups.idle(horizon)
+                through = scorer.groups.scored_through(horizon)
+                claims[partition] = through, idle, scorer.horizon.newest
+        if not claims:
+            return
+        if not trajectory_partitions:  # metadata not there yet: claims naming none are void
+            topics = (settings.trajectories_topic,)
+            trajectory_partitions.extend(
+                await asyncio.to_thread(topic_partitions, bootstrap, topics)
+            )
+            return
+        try:
+            ends = await trajectory_ends.of(trajectory_partitions)
+        except (KafkaError, TimeoutError) as error:
+            log.warning("scored-through claims skipped this round: %r", error)  # the broker away
+            return
+        by_partition = {tp.partition: offset for tp, offset in ends.items()}
+        for partition, (through, idle, newest) in claims.items():
+            claim = ScoredThrough(partition, partitions, through, by_partition, idle, newest)
+            try:
+                await scored.send(
+                    key=str(partition).encode(), value=claim.encode(), partition=partition
+                )
+            except (KafkaError, ProducerSendError) as error:
+                log.warning("a scored-through claim skipped: %r", error)
 
     async def commit_floors(state: LiveState | None) -> None:
         """Commit each partition's floor (``streams.commit_floor``) that moved; the sink's
@@ -420,11 +481,13 @@ def settled_topic(app_id: str) -> str:
 
 
 def internal_topics(app_id: str, partitions: int) -> tuple[TopicSpec, ...]:
-    """The worker's internal topic (bundles of raw events) and the marks of settled groups."""
+    """The worker's internal topic (bundles of raw events), the marks of settled groups and
+    the scored-through claims (the newest of each partition is all the sequencer needs)."""
     configs = {"compression.type": "zstd", "max.message.bytes": str(MAX_MESSAGE_BYTES)}
+    compacted = {**configs, "cleanup.policy": "compact"}
+    hourly = {**compacted, "segment.ms": "3600000"}  # a sequencer term reads all of it
     return (
         TopicSpec(ended_topic(app_id), Envelope, partitions, configs),
-        TopicSpec(
-            settled_topic(app_id), Envelope, partitions, {**configs, "cleanup.policy": "compact"}
-        ),
+        TopicSpec(settled_topic(app_id), Envelope, partitions, compacted),
+        TopicSpec(scored_through_topic(app_id), Envelope, partitions, hourly),
     )

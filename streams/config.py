@@ -118,11 +118,6 @@ class StreamsSettings(ForgeSettings):
         default=5.0, ge=0, description="Watermark lag behind the newest fact."
     )
     idle_flush_s: float = Field(default=3.0, gt=0, description="Apply all facts after this idle.")
-    live_within_s: float = Field(
-        default=30.0,
-        gt=0,
-        description="Going live: the sequencer once a group completed this recently arrives.",
-    )
     group_check_s: float = Field(
         default=2.0, gt=0, description="How often open groups are checked against their timeout."
     )

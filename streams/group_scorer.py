@@ -66,6 +66,8 @@ class GroupScorer:
         self._open: dict[bytes, dict[str, Member]] = {}
         self._settling: dict[bytes, SettledMark] = {}
         """Settled, outputs not yet acknowledged: arrivals are turned away already."""
+        self._unwritten: dict[bytes, datetime] = {}
+        """Settled, trajectories not yet acknowledged: when each group completed."""
 
     @property
     def open_groups(self) -> int:
@@ -105,11 +107,35 @@ class GroupScorer:
         due = deadline((m.assembled for m in members.values()), self.timeout)
         mark = SettledMark(settled.timed_out, frozenset(members), due)
         self._settling[group] = mark
+        if scored.trajectories:
+            self._unwritten[group] = settled.completed_at
         present = [members[m.rollout_id] for m in settled.members]
         return Settlement(scored.trajectories, dead, present, mark)
 
+    def written(self, group: bytes) -> None:
+        """The group's trajectories are acknowledged (its mark may still be on its way)."""
+        self._unwritten.pop(group, None)
+
+    def scored_through(self, horizon: datetime) -> datetime:
+        """Every trajectory of this partition completed before the time returned has been
+        acknowledged (``streams.scored_through``), given that every member that ended by
+        ``horizon`` has arrived. A group still open completes no earlier than the first end
+        among its members here: complete, at its last member's end; timed out, at its
+        deadline, which any member it scores ended by (one not here yet ended after the
+        horizon). Not its deadline as it stands: a member still to come may have started
+        earlier and move it back."""
+        bounds = [horizon + _RESOLUTION, *self._unwritten.values()]
+        bounds += [min(m.assembled.ended_ts for m in members.values())
+                   for members in self._open.values()]  # fmt: skip
+        return min(bounds)
+
+    def idle(self, horizon: datetime) -> bool:
+        """Nothing settled unwritten, nothing due at ``horizon`` not yet ticked."""
+        return not self._unwritten and not self.due(horizon)
+
     def marked(self, group: bytes) -> None:
         """The group's outputs and mark are acknowledged: the floor may pass it."""
+        self._unwritten.pop(group, None)
         mark = self._settling.pop(group, None)
         if mark is not None:
             self.settled.add(group, mark)
@@ -137,3 +163,5 @@ def _turned_away(mark: SettledMark, bundle: bytes) -> Settlement | None:
 
 
 _NEVER = datetime.min.replace(tzinfo=UTC)
+_RESOLUTION = timedelta(microseconds=1)
+"""An event time's smallest step: the horizon itself is covered, "before" is strict."""

@@ -41,11 +41,15 @@ from schemas.records import PolicyUpdated, QueueEntry, TrainSample, Trajectory
 from schemas.topics import derived_train_topic
 from streams.config import StreamsSettings
 from streams.pipeline import PipelineConfig
+from streams.scored_through import ScoredHorizon, ScoredThrough, scored_through_topic
 from streams.sequencer import EventTimeSequencer
 from streams.sinks import UNSET_STALENESS, SinkBuffer, rollout_row
 
 log = logging.getLogger(__name__)
 MIN_BACKOFF_S, MAX_BACKOFF_S = 0.5, 10.0
+CLAIMS_FRESH = 3
+"""Rounds of ``group_check_s`` within which every scorer partition's last claim must have been
+read for the end of a log to be applied whole: a paused or dead owner's claims stop."""
 STABLE_TERM_S = 60.0
 """A term that ran this long ended by a new fault: retry it from the shortest backoff."""
 
@@ -157,11 +161,15 @@ async def _sequence(
 ) -> None:
     """One term: fence, learn what forge.train holds, rebuild from the inputs, then follow.
 
-    Catching up (after a start, or while upstream works through a backlog) nothing is applied
-    until upstream is live — a group completed less than ``live_within_s`` ago arrives — or
-    the inputs have been quiet for ``sequencer_flush_s`` (then every fact is applied, as a
-    replay would). After that the watermark trails the wall clock by ``lateness_s``: live
-    facts are stamped now and arrive within that lag.
+    Nothing is applied before the inputs are read up to their ends at the term's start. Then
+    the watermark is the oldest scorer partition's claim (``streams.scored_through``): a
+    group's trajectories may come late (their partition with a paused or dead worker, or
+    upstream working through a backlog), and nothing completed before the claim can. Queue
+    entries and policy updates are stamped as they are written: for them the watermark also
+    trails the wall clock by ``lateness_s``. Once the inputs are quiet for
+    ``sequencer_flush_s`` the wall clock is dropped, and if every scorer partition's owner,
+    alive, claims nothing is on its way (or no claim exists at all), every fact is applied:
+    the end of a log, as a replay applies it.
 
     Rollout rows are written here, not by the scorer: each rollout's first scoring applied
     (the one the FIFO keeps) without a staleness, and again with the staleness it was consumed
@@ -187,26 +195,40 @@ async def _sequence(
             config.window, config.item_timeout_s, config.max_staleness, consumed=emitted
         )
         await consumer.start()
-        topics = (settings.queue_topic, settings.trajectories_topic, settings.policy_topic)
+        claims_topic = scored_through_topic(settings.app_id)
+        topics = (settings.queue_topic, settings.trajectories_topic, settings.policy_topic,
+                  claims_topic)  # fmt: skip
         partitions = await asyncio.to_thread(topic_partitions, bootstrap, topics)
         consumer.assign(partitions)
         await consumer.seek_to_beginning(*partitions)
-        caught_up = False
+        backlog: dict[Any, int] | None = await consumer.end_offsets(partitions)
+        scored = ScoredHorizon()
+        scored_tps = [tp for tp in partitions if tp.topic == settings.trajectories_topic]
         last_input = time.monotonic()
         while True:
             batches = await consumer.getmany(timeout_ms=200, max_records=2000)
             for tp, messages in batches.items():
                 for message in messages:
-                    completed = _add_fact(sequencer, tp.topic, settings, message)
-                    last_input = time.monotonic()
-                    if completed is not None and not caught_up:
-                        caught_up = completed > time.time() - settings.live_within_s
-            if time.monotonic() - last_input > settings.sequencer_flush_s:
-                caught_up, watermark = True, float("inf")
-            elif caught_up:
-                watermark = time.time() - settings.lateness_s
-            else:
+                    if tp.topic == claims_topic:
+                        _add_claim(scored, message, time.monotonic())
+                    else:
+                        _add_fact(sequencer, tp.topic, settings, message)
+                        last_input = time.monotonic()
+            positions = {tp: await consumer.position(tp) for tp in partitions}
+            scored.read_to({tp.partition: positions[tp] for tp in scored_tps})
+            if backlog is not None:
+                if any(positions[tp] < end for tp, end in backlog.items()):
+                    continue
+                backlog = None
+            watermark = scored.watermark()
+            now = time.monotonic()
+            if now - last_input > settings.sequencer_flush_s:
+                if watermark is None or scored.all_idle(now, CLAIMS_FRESH * settings.group_check_s):
+                    watermark = float("inf")
+            elif watermark is None:
                 continue
+            else:
+                watermark = min(watermark, time.time() - settings.lateness_s)
             fresh = sequencer.advance(watermark)
             if sink is not None:
                 sink.add([rollout_row(t, UNSET_STALENESS) for t in sequencer.drain_recorded()])
@@ -228,17 +250,22 @@ async def _sequence(
 
 def _add_fact(
     sequencer: EventTimeSequencer, topic: str, settings: StreamsSettings, message: Any
-) -> float | None:
-    """Feed one record; for a scored trajectory, return its group's completion time."""
+) -> None:
     try:
         if topic == settings.queue_topic:
             sequencer.add_queue_entry(message.offset, codec.decode(message.value, QueueEntry))
         elif topic == settings.policy_topic:
             sequencer.add_policy(codec.decode(message.value, PolicyUpdated))
         else:
-            trajectory = codec.decode(message.value, Trajectory)
-            sequencer.add_completion(trajectory)
-            return (trajectory.group_completed_ts or trajectory.ended_ts).timestamp()
+            sequencer.add_completion(codec.decode(message.value, Trajectory))
     except SchemaError as exc:
         log.warning("sequencer skipped %s@%d: %s", topic, message.offset, exc)
-    return None
+
+
+def _add_claim(scored: ScoredHorizon, message: Any, now: float) -> None:
+    if message.value is None:
+        return  # compacted away: nothing to rely on
+    try:
+        scored.saw(ScoredThrough.decode(message.value), now)
+    except ValueError as exc:
+        log.warning("sequencer skipped claim %d: %s", message.offset, exc)

@@ -147,6 +147,17 @@ class SharedHorizon:
     """``_newest`` when each partition's previous watermark was read: its caught-up claim
     covers event time up to there."""
 
+    @property
+    def newest(self) -> datetime | None:
+        return self._newest
+
+    def knew(self, newest: datetime) -> None:
+        """Event time had reached ``newest`` before any watermark read here: a previous
+        owner's word (``streams.scored_through``). Without it, after a rebalance that reads
+        nothing again, no watermark carries an event time and the horizon stays unknown."""
+        if self._newest is None or newest > self._newest:
+            self._newest = newest
+
     def saw(self, mark: Watermark) -> None:
         if mark.newest is not None and (self._newest is None or mark.newest > self._newest):
             self._newest = mark.newest
@@ -171,6 +182,16 @@ class SharedHorizon:
         if all(self._marks[p].quiet for p in range(partitions)):
             return min(reached)
         return min(reached) - self.lateness
+
+    def still(self, partitions: int) -> bool:
+        """Every one of the ``partitions`` of forge.events caught up and quiet, the horizon at
+        the newest event: without a new event it cannot move again."""
+        return self._newest is not None and all(
+            (mark := self._marks.get(p)) is not None
+            and mark.quiet
+            and self._certified.get(p) == self._newest
+            for p in range(partitions)
+        )
 
 
 def combined(horizons: list[datetime | None]) -> datetime | None:

@@ -190,3 +190,68 @@ def test_a_member_ending_after_the_deadline_is_late_whether_or_not_the_horizon_p
     config = PipelineConfig(rewards=RewardConfig(speed_weight=0.0), group_timeout_s=60.0)
     replay = process_log([e for r in (*on_time, late) for e in r], queue, [], config)
     assert replay.trajectories == outcomes[0] and replay.stats["late_members"] == 1
+
+
+def test_scored_through_stops_below_open_groups_and_trajectories_not_yet_acknowledged():
+    """The claim the sequencer relies on (``streams.scored_through``): every trajectory of the
+    partition completed before it has been acknowledged."""
+    groups = scorer()
+    offer = Arrivals(groups)
+    horizon = T0 + timedelta(seconds=100)
+    assert groups.scored_through(horizon) == horizon + timedelta(microseconds=1)
+    assert offer(b"open", bundle(rollout("o", "open", 2, 0, 50.0, 52.0))) is None
+    first_end = T0 + timedelta(seconds=52)
+    assert groups.scored_through(horizon) == first_end
+    assert groups.scored_through(first_end - timedelta(seconds=10)) == first_end - timedelta(
+        seconds=10, microseconds=-1
+    )
+    a, b = rollout("a", "g", 2, 1, 10.0, 20.0), rollout("b", "g", 2, 2, 10.0, 30.0)
+    offer(b"g", bundle(a))
+    settled = offer(b"g", bundle(b))
+    assert settled is not None and settled.trajectories
+    completed = T0 + timedelta(seconds=30)
+    assert groups.scored_through(horizon) == completed  # sent, not acknowledged
+    groups.written(b"g")
+    assert groups.scored_through(horizon) == first_end  # the open group again
+    groups.marked(b"g")
+    assert groups.scored_through(horizon) == first_end
+
+
+def test_a_member_that_started_earlier_moves_the_deadline_back_and_the_claim_held_below_it():
+    """B (started 20 s, ended 25 s) arrives first: the group's deadline is 80 s as it stands.
+    A started at 10 s and ends at 75 s, after the true deadline (70 s): the group times out
+    at 70 s, B scored. A claim at the deadline as it stood (80 s) would have been false."""
+    groups = scorer()
+    offer = Arrivals(groups)
+    b_member, a_member = rollout("b", "g", 2, 1, 20.0, 25.0), rollout("a", "g", 2, 0, 10.0, 75.0)
+    assert offer(b"g", bundle(b_member)) is None
+    claim = groups.scored_through(T0 + timedelta(seconds=72))
+    settled = offer(b"g", bundle(a_member))
+    assert settled is not None and settled.mark is not None and settled.mark.timed_out
+    (scored,) = settled.trajectories
+    assert scored.group_completed_ts == T0 + timedelta(seconds=70)
+    assert claim <= scored.group_completed_ts
+
+
+def test_a_group_whose_members_were_all_rejected_does_not_hold_the_claim():
+    groups = scorer()
+    offer = Arrivals(groups)
+    horizon = T0 + timedelta(seconds=100)
+    nan_outcome = rollout("n", "g", 1, 0, 0.0, 5.0, outcome=math.nan)
+    settled = offer(b"g", bundle(nan_outcome))
+    assert settled is not None and not settled.trajectories and settled.dead
+    assert groups.scored_through(horizon) == horizon + timedelta(microseconds=1)
+
+
+def test_idle_until_a_group_is_due_or_a_settled_one_unwritten():
+    groups = scorer()
+    offer = Arrivals(groups)
+    offer(b"g", bundle(rollout("a", "g", 2, 0, 0.0, 3.0)))
+    due = T0 + TIMEOUT
+    assert groups.idle(due - timedelta(seconds=1))  # open, but not due yet
+    assert not groups.idle(due)  # due, not ticked
+    settled = offer(b"g", b"", due)  # the tick
+    assert settled is not None and settled.trajectories
+    assert not groups.idle(due)  # its trajectories on their way
+    groups.written(b"g")
+    assert groups.idle(due)

@@ -89,6 +89,14 @@ def test_a_quiet_partition_holds_nothing_back_and_a_quiet_log_reaches_its_newest
     assert rounds(live, live).horizon(3) == at(100) - LATENESS
     quiet = [caught_up(0, 100, True), caught_up(1, 95, True), caught_up(2, 10, True)]
     assert rounds(quiet, quiet).horizon(3) == at(100)
+    assert rounds(quiet, quiet).still(3) and not rounds(live, live).still(3)
+    assert not rounds(quiet, quiet).still(4)  # a partition never heard of
+    # Quiet, but the certificates predate the newest event (read in the last round): the
+    # horizon moves once more without a new event.
+    earlier = [caught_up(0, 90, True), caught_up(1, 95, True), caught_up(2, 10, True)]
+    moving = rounds(earlier, quiet)
+    assert moving.horizon(3) == at(90) and not moving.still(3)
+    assert rounds(earlier, quiet, quiet).still(3)
 
 
 def test_a_silent_owner_holds_the_horizon_where_its_last_word_left_it() -> None:
@@ -122,3 +130,16 @@ def test_a_worker_ticks_at_the_lowest_horizon_of_the_partitions_it_scores() -> N
     assert combined([at(5), at(3)]) == at(3)
     assert combined([at(5), None]) is None
     assert combined([]) is None
+
+
+def test_a_next_owner_told_the_newest_event_time_reaches_it_though_no_watermark_carries_one():
+    """After a rebalance that reads nothing again, every watermark's newest is None: without
+    the previous owner's word the horizon stays unknown, and nothing times out or is claimed."""
+    nothing_read = [Watermark(p, None, True, True) for p in range(3)]
+    assert rounds(nothing_read, nothing_read).horizon(3) is None
+    told = SharedHorizon(LATENESS)
+    told.knew(at(100))
+    for marks in (nothing_read, nothing_read):
+        for mark in marks:
+            told.saw(mark)
+    assert told.horizon(3) == at(100) and told.still(3)

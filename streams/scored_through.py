@@ -1,0 +1,162 @@
+"""How far each scorer partition has written forge.trajectories, as an event time the live
+sequencer can trust (pure).
+
+The sequencer applies a fact only once nothing older can still arrive. For queue entries and
+policy updates a lag behind the wall clock (``lateness_s``) is enough: their producers stamp
+them as they write them. A group's trajectories can come much later than its completion time:
+their scorer partition may sit with a worker that is paused, or dead and not yet replaced
+(a broker session), or working through a backlog. Then a lag on the wall clock lets the
+sequencer apply later facts first, and time out or reorder what a replay would not.
+
+So every ``group_check_s`` each scorer partition's owner sends a ``ScoredThrough`` claim:
+every trajectory of that partition's groups completed before ``through`` is in
+forge.trajectories below ``ends``. The claim is true when sent — ``through`` is held below
+every open group's deadline and every settled group whose trajectories are not yet
+acknowledged, and ``ends`` are asked of the broker after that — whoever sends it, a zombie
+included. The sequencer relies on a claim once it has read forge.trajectories up to its
+``ends`` (``ScoredHorizon``), and applies facts only below the oldest partition's claim.
+
+At the end of a log (the inputs quiet) the horizon stops short of the newest event (it trails
+it by the lateness until every partition is quiet, and a rebalance forgets the event times of
+records not read again); there the sequencer applies everything once every partition's
+owner, alive, claims it has nothing on its way (``idle``).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+
+PENDING_KEEP = 64
+"""Claims of one partition waiting for the sequencer to read up to their ends: older ones
+beyond this are dropped (only progress is lost, never correctness)."""
+
+
+def scored_through_topic(app_id: str) -> str:
+    """Partitioned as the scorer's topic: partition p holds scorer partition p's claims."""
+    return f"{app_id}.scored-through"
+
+
+def newest_claimed(values: list[bytes | None]) -> datetime | None:
+    """The newest event time in a partition's claims (its log, in order), for its next owner;
+    what is not a claim is skipped."""
+    newest: datetime | None = None
+    for raw in values:
+        try:
+            claim = None if raw is None else ScoredThrough.decode(raw)
+        except ValueError:
+            continue
+        if claim is not None and claim.newest is not None:
+            newest = claim.newest if newest is None else max(newest, claim.newest)
+    return newest
+
+
+@dataclass(frozen=True)
+class ScoredThrough:
+    """Scorer partition ``partition`` of ``partitions`` has written every trajectory completed
+    before ``through`` to forge.trajectories, each below its partition's offset in ``ends``."""
+
+    partition: int
+    partitions: int
+    through: datetime
+    ends: Mapping[int, int]
+    idle: bool = False
+    """Every events partition quiet, and nothing scored or due below the horizon unwritten:
+    until new events arrive, only groups timing out later can add a trajectory."""
+    newest: datetime | None = None
+    """The newest event time the partition's horizon knew: a next owner starts from it (a
+    rebalance forgets the event times of records it does not read again)."""
+
+    def encode(self) -> bytes:
+        newest = None if self.newest is None else self.newest.isoformat()
+        return json.dumps(
+            [self.partition, self.partitions, self.through.isoformat(),
+             {str(q): offset for q, offset in sorted(self.ends.items())}, self.idle, newest]
+        ).encode()  # fmt: skip
+
+    @classmethod
+    def decode(cls, raw: bytes) -> ScoredThrough:
+        """The claim ``raw`` holds; ValueError for anything else."""
+        try:
+            partition, partitions, through, ends, idle, newest = json.loads(raw)
+            claim = cls(
+                int(partition),
+                int(partitions),
+                datetime.fromisoformat(through),
+                {int(q): int(offset) for q, offset in ends.items()},
+                idle is True,
+                None if newest is None else datetime.fromisoformat(newest),
+            )
+        except (TypeError, ValueError, AttributeError) as error:
+            raise ValueError(f"not a scored-through claim: {error}") from error
+        if claim.through.tzinfo is None or (claim.newest and claim.newest.tzinfo is None):
+            raise ValueError("a scored-through claim without a time zone")
+        if not 0 <= claim.partition < claim.partitions:
+            raise ValueError(f"partition {claim.partition} of {claim.partitions}")
+        return claim
+
+
+@dataclass
+class ScoredHorizon:
+    """The sequencer's side: the newest claim of each scorer partition it can rely on."""
+
+    _partitions: int | None = None
+    _through: dict[int, float] = field(default_factory=dict)
+    _pending: dict[int, list[ScoredThrough]] = field(default_factory=dict)
+    _latest: dict[int, tuple[ScoredThrough, float]] = field(default_factory=dict)
+    """Each partition's claim read last, and when (this process's monotonic clock)."""
+    _busy_at: dict[int, float] = field(default_factory=dict)
+    """When each partition's last claim that was not idle was read: a resumed zombie may
+    claim idle from before its pause while the partition's owner has work on its way."""
+
+    def saw(self, claim: ScoredThrough, now: float) -> None:
+        self._partitions = claim.partitions
+        pending = self._pending.setdefault(claim.partition, [])
+        pending.append(claim)
+        del pending[:-PENDING_KEEP]
+        self._latest[claim.partition] = (claim, now)
+        if not claim.idle:
+            self._busy_at[claim.partition] = now
+
+    def read_to(self, positions: Mapping[int, int]) -> None:
+        """forge.trajectories has been read up to ``positions`` (partition: next offset). A
+        claim that does not name every partition read covers nothing yet."""
+        for partition, pending in self._pending.items():
+            kept = []
+            for claim in pending:
+                if set(claim.ends) >= set(positions) and all(
+                    positions.get(q, 0) >= end for q, end in claim.ends.items()
+                ):
+                    at = claim.through.timestamp()
+                    self._through[partition] = max(self._through.get(partition, at), at)
+                else:
+                    kept.append(claim)
+            pending[:] = kept
+
+    def watermark(self) -> float | None:
+        """Facts before this have all been read (the oldest partition's claim); -inf while a
+        partition has none yet; None before any claim at all (an app that sends none)."""
+        if self._partitions is None:
+            return None
+        return min(
+            (self._through.get(p, -math.inf) for p in range(self._partitions)), default=-math.inf
+        )
+
+    def all_idle(self, now: float, within_s: float) -> bool:
+        """Every partition's last claim is idle, relied on, and read within ``within_s``: its
+        owner is alive (a paused or dead one's claims stop), and nothing it scored is on its
+        way. Then the end of a log may be applied whole, as a replay applies it."""
+        if self._partitions is None:
+            return False
+        for partition in range(self._partitions):
+            claim, read_at = self._latest.get(partition, (None, -math.inf))
+            if claim is None or not claim.idle or now - read_at > within_s:
+                return False
+            if now - self._busy_at.get(partition, -math.inf) <= within_s:
+                return False
+            if self._pending.get(partition):
+                return False
+        return True
