@@ -164,6 +164,7 @@ def create_streams_app(
         await deliveries.send(
             [partial(ended.send, key=done.group, value=done.bundle)],
             then=partial(rollouts.sent, done.rollout_id),
+            tag=_bundles_of(message.partition),
         )
 
     @app.agent(events)
@@ -275,11 +276,16 @@ def create_streams_app(
         if not tps:
             return
         ends = await app.consumer.highwaters(*tps)  # asked of the broker now, not cached
-        sent = []
+        headers, counted = [], []
         for tp in tps:
             position = await app.consumer.position(tp)
             mark = state.progress.mark(tp.partition, ends.get(tp), position, time.monotonic())
-            header = {WATERMARK_HEADER: mark.encode()}
+            headers.append({WATERMARK_HEADER: mark.encode()})
+            counted += deliveries.in_flight(_bundles_of(tp.partition))  # the bundles it counts
+        if counted:  # acknowledged, not only handed over: one sent again lands after the mark
+            await asyncio.wait(counted)
+        sent = []
+        for header in headers:
             for target in range(partitions):
                 sent.append(await ended.send(value=b"", partition=target, headers=header))
         await asyncio.gather(*sent)
@@ -462,6 +468,11 @@ OPEN_ROLLOUT_LIMIT = 2
 MARK_KEEP = 3
 """Group timeouts past its deadline that a settled group's mark is kept: past the longest a
 rollout is held open, so nothing of the group can arrive later."""
+
+
+def _bundles_of(events_partition: int) -> tuple[str, int]:
+    """The deliveries' tag of the bundles sent from one forge.events partition."""
+    return ("bundles", events_partition)
 
 
 def _generation(app: faust.App) -> int:

@@ -6,6 +6,10 @@ the log), and watched here: what it came from is released from the floor only on
 acknowledged it. A send that fails (the broker away past the producer's own retries) is sent
 again after a bounded backoff while the state stays held, so a kill -9 at any moment loses
 nothing and the worker keeps running through a broker restart.
+
+A send again lands after whatever was handed over meanwhile: a watermark that counts a
+bundle must wait for that bundle's acknowledgement (``in_flight``), not only its hand-over,
+or a bundle resent after a broker restart follows the watermark that said it was there.
 """
 
 from __future__ import annotations
@@ -13,7 +17,8 @@ from __future__ import annotations
 import asyncio
 import inspect
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Hashable
+from functools import partial
 from typing import Any
 
 from aiokafka.errors import KafkaError
@@ -29,12 +34,23 @@ class Deliveries:
         self.min_backoff_s = min_backoff_s
         self.max_backoff_s = max_backoff_s
         self._tasks: set[asyncio.Task[None]] = set()
+        self._tagged: dict[Hashable, set[asyncio.Task[None]]] = {}
 
     @property
     def pending(self) -> int:
         return len(self._tasks)
 
-    async def send(self, sends: list[Send], then: Callable[[], Awaitable[None] | None]) -> None:
+    def in_flight(self, tag: Hashable) -> list[asyncio.Task[None]]:
+        """The deliveries sent with ``tag`` and not yet acknowledged (their ``then`` not yet
+        run); each task ends once it has, or is cancelled at shutdown."""
+        return list(self._tagged.get(tag, ()))
+
+    async def send(
+        self,
+        sends: list[Send],
+        then: Callable[[], Awaitable[None] | None],
+        tag: Hashable | None = None,
+    ) -> None:
         """Hand each message to the producer now, in order; ``then`` once all are
         acknowledged (each failed one sent again meanwhile)."""
         sent = []
@@ -45,17 +61,29 @@ class Deliveries:
                 log.warning("a send failed (%r)", error)
                 ack = _failed(error)
             sent.append((ack, send))
-        self.watch(sent, then)
+        self.watch(sent, then, tag)
 
     def watch(
         self,
         sent: list[tuple[Awaitable[Any], Send]],
         then: Callable[[], Awaitable[None] | None],
+        tag: Hashable | None = None,
     ) -> None:
         """Once every ``(acknowledgement, send again)`` in ``sent`` is acknowledged, ``then``."""
         task = asyncio.ensure_future(self._watch(sent, then))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
+        if tag is not None:
+            tagged = self._tagged.setdefault(tag, set())
+            tagged.add(task)
+            task.add_done_callback(partial(self._untag, tag))
+
+    def _untag(self, tag: Hashable, task: asyncio.Task[None]) -> None:
+        tagged = self._tagged.get(tag)
+        if tagged is not None:
+            tagged.discard(task)
+            if not tagged:
+                del self._tagged[tag]
 
     def cancel(self) -> None:
         """At shutdown: what is not acknowledged stays held, and is read again."""

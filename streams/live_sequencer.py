@@ -167,9 +167,9 @@ async def _sequence(
     upstream working through a backlog), and nothing completed before the claim can. Queue
     entries and policy updates are stamped as they are written: for them the watermark also
     trails the wall clock by ``lateness_s``. Once the inputs are quiet for
-    ``sequencer_flush_s`` the wall clock is dropped, and if every scorer partition's owner,
-    alive, claims nothing is on its way (or no claim exists at all), every fact is applied:
-    the end of a log, as a replay applies it.
+    ``sequencer_flush_s`` the wall clock is dropped, and once every scorer partition's owner,
+    alive, claims nothing is on its way, every fact is applied: the end of a log, as a replay
+    applies it. Until every partition has claimed, nothing is applied.
 
     Rollout rows are written here, not by the scorer: each rollout's first scoring applied
     (the one the FIFO keeps) without a staleness, and again with the staleness it was consumed
@@ -202,7 +202,10 @@ async def _sequence(
         consumer.assign(partitions)
         await consumer.seek_to_beginning(*partitions)
         backlog: dict[Any, int] | None = await consumer.end_offsets(partitions)
-        scored = ScoredHorizon()
+        claim_partitions = sum(tp.topic == claims_topic for tp in partitions)
+        if not claim_partitions:
+            raise RuntimeError(f"no topic {claims_topic}: the streams app creates it at start")
+        scored = ScoredHorizon(claim_partitions)
         scored_tps = [tp for tp in partitions if tp.topic == settings.trajectories_topic]
         last_input = time.monotonic()
         while True:
@@ -223,10 +226,8 @@ async def _sequence(
             watermark = scored.watermark()
             now = time.monotonic()
             if now - last_input > settings.sequencer_flush_s:
-                if watermark is None or scored.all_idle(now, CLAIMS_FRESH * settings.group_check_s):
+                if scored.all_idle(now, CLAIMS_FRESH * settings.group_check_s):
                     watermark = float("inf")
-            elif watermark is None:
-                continue
             else:
                 watermark = min(watermark, time.time() - settings.lateness_s)
             fresh = sequencer.advance(watermark)

@@ -27,7 +27,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime
 
 PENDING_KEEP = 64
@@ -99,21 +99,31 @@ class ScoredThrough:
         return claim
 
 
-@dataclass
 class ScoredHorizon:
-    """The sequencer's side: the newest claim of each scorer partition it can rely on."""
+    """The sequencer's side: the newest claim of each scorer partition it can rely on.
 
-    _partitions: int | None = None
-    _through: dict[int, float] = field(default_factory=dict)
-    _pending: dict[int, list[ScoredThrough]] = field(default_factory=dict)
-    _latest: dict[int, tuple[ScoredThrough, float]] = field(default_factory=dict)
-    """Each partition's claim read last, and when (this process's monotonic clock)."""
-    _busy_at: dict[int, float] = field(default_factory=dict)
-    """When each partition's last claim that was not idle was read: a resumed zombie may
-    claim idle from before its pause while the partition's owner has work on its way."""
+    It knows how many partitions must claim from the start (the claims topic's): a horizon
+    that learnt the count from the first claim treated "no claim yet" as "nothing to wait
+    for", and a term that read trajectories long before any claim (the workers still
+    rebalancing) applied the end of its log whole without a group still to be scored."""
+
+    def __init__(self, partitions: int) -> None:
+        if partitions < 1:
+            raise ValueError("a scored-through horizon of no partition")
+        self.partitions = partitions
+        self._through: dict[int, float] = {}
+        self._pending: dict[int, list[ScoredThrough]] = {}
+        self._latest: dict[int, tuple[ScoredThrough, float]] = {}
+        """Each partition's claim read last, and when (this process's monotonic clock)."""
+        self._busy_at: dict[int, float] = {}
+        """When each partition's last claim that was not idle was read: a resumed zombie may
+        claim idle from before its pause while the partition's owner has work on its way."""
 
     def saw(self, claim: ScoredThrough, now: float) -> None:
-        self._partitions = claim.partitions
+        """ValueError for a claim of another partitioning (the scorer's topic is never
+        grown: a new one needs a new app id)."""
+        if claim.partitions != self.partitions:
+            raise ValueError(f"a claim of {claim.partitions} partitions, not {self.partitions}")
         pending = self._pending.setdefault(claim.partition, [])
         pending.append(claim)
         del pending[:-PENDING_KEEP]
@@ -136,22 +146,16 @@ class ScoredHorizon:
                     kept.append(claim)
             pending[:] = kept
 
-    def watermark(self) -> float | None:
+    def watermark(self) -> float:
         """Facts before this have all been read (the oldest partition's claim); -inf while a
-        partition has none yet; None before any claim at all (an app that sends none)."""
-        if self._partitions is None:
-            return None
-        return min(
-            (self._through.get(p, -math.inf) for p in range(self._partitions)), default=-math.inf
-        )
+        partition has none it can be relied on yet."""
+        return min(self._through.get(p, -math.inf) for p in range(self.partitions))
 
     def all_idle(self, now: float, within_s: float) -> bool:
         """Every partition's last claim is idle, relied on, and read within ``within_s``: its
         owner is alive (a paused or dead one's claims stop), and nothing it scored is on its
         way. Then the end of a log may be applied whole, as a replay applies it."""
-        if self._partitions is None:
-            return False
-        for partition in range(self._partitions):
+        for partition in range(self.partitions):
             claim, read_at = self._latest.get(partition, (None, -math.inf))
             if claim is None or not claim.idle or now - read_at > within_s:
                 return False

@@ -5,9 +5,10 @@ A group may time out only once no member that ended before its deadline can stil
 way, wherever its events are: on a partition this worker reads, one another worker reads, or
 one whose worker is stopped or dead. So the horizon is a watermark, as in Flink: every
 ``group_check_s`` each worker sends, for every forge.events partition it owns, a ``Watermark``
-to every partition of the scorer's topic, in band after the bundles of the events it covers
-(same producer, same partition: the log keeps that order), and waits until they are written.
-A scorer partition that has read a watermark has read every bundle sent before it.
+to every partition of the scorer's topic, in band after the bundles of the events it covers:
+it is sent once they are acknowledged (a bundle sent again after a failure would land after
+it), and waits until it is written. A scorer partition that has read a watermark has read
+every bundle it counts.
 
 A partition still being worked through bounds the horizon at its newest event minus the
 lateness. A caught-up one certifies everything appended before its check; the scorer knows

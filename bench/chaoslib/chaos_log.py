@@ -150,14 +150,14 @@ class LogWatch(threading.Thread):
         )
 
     def fact_delays(self) -> list[tuple[float, float]]:
-        """(seen, event time) of every fact the sequencer applies."""
+        """(seen, event time) of every fact the sequencer bounds by the wall clock: queue
+        entries and policy updates. A trajectory waits for its partition's claim, however
+        late it comes (``streams.scored_through``), so it cannot excuse a reordering."""
         out = []
-        for seen in self.seen[QUEUE.name] + self.seen[POLICY.name] + self.seen[TRAJECTORIES.name]:
+        for seen in self.seen[QUEUE.name] + self.seen[POLICY.name]:
             r = seen.record
             if isinstance(r, QueueEntry | PolicyUpdated):
                 out.append((seen.arrived, r.ts.timestamp()))
-            elif isinstance(r, Trajectory):
-                out.append((seen.arrived, (r.group_completed_ts or r.ended_ts).timestamp()))
         return out
 
 

@@ -61,3 +61,31 @@ async def test_cancelled_deliveries_release_nothing():
     deliveries.cancel()
     await asyncio.sleep(0.01)
     assert done == [] and deliveries.pending == 0
+
+
+async def test_in_flight_by_tag_ends_only_once_a_failed_send_is_acknowledged_again():
+    """A watermark waits on these: a bundle sent again lands after anything handed over
+    meanwhile, so its hand-over alone does not put it before the watermark."""
+    loop = asyncio.get_running_loop()
+    handed: list[asyncio.Future[None]] = []
+
+    async def send():
+        handed.append(loop.create_future())
+        return handed[-1]
+
+    deliveries = Deliveries(min_backoff_s=0.01, max_backoff_s=0.02)
+    released: list[str] = []
+    await deliveries.send([send], then=lambda: released.append("a"), tag=("bundles", 0))
+    await deliveries.send([send], then=lambda: released.append("b"), tag=("bundles", 1))
+    counted = deliveries.in_flight(("bundles", 0))
+    assert len(counted) == 1 and deliveries.in_flight(("bundles", 2)) == []
+    handed[0].set_exception(KafkaConnectionError("lost"))
+    done, _ = await asyncio.wait(counted, timeout=0.05)
+    assert not done and len(handed) == 3  # sent again, not acknowledged yet
+    handed[2].set_result(None)
+    done, _ = await asyncio.wait(counted, timeout=1)
+    assert done and released == ["a"]
+    assert (
+        deliveries.in_flight(("bundles", 0)) == []
+        and len(deliveries.in_flight(("bundles", 1))) == 1
+    )

@@ -51,9 +51,11 @@ def test_anything_but_a_claim_is_a_value_error(raw):
         ScoredThrough.decode(raw)
 
 
-def test_no_watermark_before_any_claim_and_minus_infinity_while_a_partition_has_none():
-    horizon = ScoredHorizon()
-    assert horizon.watermark() is None
+def test_minus_infinity_until_every_partition_has_claimed():
+    """The count is known before any claim: no claim yet is not "nothing to wait for"."""
+    horizon = ScoredHorizon(2)
+    assert horizon.watermark() == -math.inf
+    assert not horizon.all_idle(NOW, 6.0)
     horizon.saw(claim(0, 10.0, {0: 0, 1: 0}), NOW)
     horizon.read_to({0: 0, 1: 0})
     assert horizon.watermark() == -math.inf  # partition 1 has said nothing yet
@@ -63,7 +65,7 @@ def test_no_watermark_before_any_claim_and_minus_infinity_while_a_partition_has_
 
 
 def test_a_claim_counts_only_once_the_trajectories_below_its_ends_are_read():
-    horizon = ScoredHorizon()
+    horizon = ScoredHorizon(1)
     horizon.saw(claim(0, 10.0, {0: 5, 1: 3}, partitions=1), NOW)
     horizon.read_to({0: 5, 1: 2})  # partition 1 of forge.trajectories not read far enough
     assert horizon.watermark() == -math.inf
@@ -72,7 +74,7 @@ def test_a_claim_counts_only_once_the_trajectories_below_its_ends_are_read():
 
 
 def test_the_newest_claim_relied_on_wins_and_a_lower_one_sent_later_takes_nothing_back():
-    horizon = ScoredHorizon()
+    horizon = ScoredHorizon(1)
     horizon.saw(claim(0, 10.0, {0: 1}, partitions=1), NOW)
     horizon.saw(claim(0, 30.0, {0: 9}, partitions=1), NOW)
     horizon.read_to({0: 4})
@@ -85,7 +87,7 @@ def test_the_newest_claim_relied_on_wins_and_a_lower_one_sent_later_takes_nothin
 
 
 def test_claims_waiting_for_their_ends_are_bounded_keeping_the_newest():
-    horizon = ScoredHorizon()
+    horizon = ScoredHorizon(1)
     for i in range(PENDING_KEEP + 10):
         horizon.saw(claim(0, float(i), {0: i + 1}, partitions=1), NOW)
     horizon.read_to({0: 5})  # the claims that could count first were dropped
@@ -95,7 +97,7 @@ def test_claims_waiting_for_their_ends_are_bounded_keeping_the_newest():
 
 
 def test_the_end_of_a_log_is_applied_whole_only_when_every_owner_is_idle_and_still_claiming():
-    horizon = ScoredHorizon()
+    horizon = ScoredHorizon(2)
     assert not horizon.all_idle(NOW, 6.0)
     horizon.saw(claim(0, 10.0, {0: 3}, idle=True), NOW)
     assert not horizon.all_idle(NOW, 6.0)  # partition 1 has said nothing
@@ -111,14 +113,14 @@ def test_the_end_of_a_log_is_applied_whole_only_when_every_owner_is_idle_and_sti
 
 
 def test_a_claim_naming_fewer_partitions_than_are_read_covers_nothing():
-    horizon = ScoredHorizon()
+    horizon = ScoredHorizon(1)
     horizon.saw(claim(0, 10.0, {0: 0}, partitions=1), NOW)
     horizon.read_to({0: 5, 1: 5})
     assert horizon.watermark() == -math.inf
 
 
 def test_a_zombies_idle_claim_does_not_hide_the_owners_work_on_its_way():
-    horizon = ScoredHorizon()
+    horizon = ScoredHorizon(1)
     horizon.saw(claim(0, 10.0, {0: 1}, partitions=1, idle=False), NOW)  # the owner, busy
     horizon.saw(claim(0, 9.0, {0: 1}, partitions=1, idle=True), NOW + 1)  # the zombie
     horizon.read_to({0: 1})
@@ -138,3 +140,12 @@ def test_the_next_owner_starts_from_the_newest_event_time_claimed():
     ]
     assert newest_claimed(raws) == T0 + timedelta(seconds=30)
     assert newest_claimed([]) is None
+
+
+def test_a_claim_of_another_partitioning_is_refused_and_no_horizon_is_of_no_partition():
+    horizon = ScoredHorizon(2)
+    with pytest.raises(ValueError, match="3 partitions"):
+        horizon.saw(claim(0, 10.0, {0: 0}, partitions=3), NOW)
+    assert horizon.watermark() == -math.inf
+    with pytest.raises(ValueError):
+        ScoredHorizon(0)
