@@ -255,6 +255,7 @@ def trainer(
     }  # fmt: skip
     settings = load_settings(TrainerSettings, ctx.find_root().obj, "trainer", overrides)
     bootstrap = require_bootstrap(infra)
+    from trainer.distributed import end_process_group
     from trainer.launch import launched_rank
     from trainer.service import open_trainer
 
@@ -264,6 +265,7 @@ def trainer(
             run.run()
         finally:
             run.close()
+        end_process_group()
         return
     with console.status("starting DeepSpeed…"):
         run = open_trainer(settings, bootstrap, infra.home)
@@ -292,6 +294,7 @@ def trainer(
         run.close()
         if server is not None:
             server.close()
+    end_process_group()
     console.print(f"trained {steps} steps; policy v{run.version}")
 
 

@@ -97,6 +97,18 @@ def process_ranks() -> Collective:
     return ProcessGroupRanks()
 
 
+def end_process_group() -> None:
+    """Destroy torch.distributed's groups once training ended on every rank (not after a
+    failure): left to the interpreter's exit, NCCL communicators leak and warn, and destroying
+    is collective under NCCL, so a rank that failed alone would hang in it instead of exiting
+    for the launcher to see."""
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        dist.destroy_process_group()
+    process_ranks.cache_clear()
+
+
 def deepspeed_config(settings: TrainerSettings) -> dict[str, Any]:
     """The engine's config: one micro-batch per step (the loss accumulates a whole batch
     itself), and bf16 or fp16 (dynamic loss scale) when the settings ask for them."""
