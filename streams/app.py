@@ -31,6 +31,7 @@ from functools import partial
 from typing import Any, cast
 
 import faust
+from aiokafka import TopicPartition
 from aiokafka.errors import KafkaError
 from faust.exceptions import ConsumerNotStarted, ProducerSendError
 from faust.types import TP
@@ -46,6 +47,7 @@ from streams import bundles
 from streams.config import StreamsSettings, load_pipeline_config
 from streams.dead_letters import DeadLetters
 from streams.deliveries import Deliveries
+from streams.floor_commits import commit_with_metadata, committed_metadata
 from streams.group_scorer import GroupScorer
 from streams.live_sequencer import run_sequencer
 from streams.live_state import Generations, LiveState, ScorerPartition
@@ -61,6 +63,8 @@ from streams.watermarks import (
     EventsProgress,
     SharedHorizon,
     Watermark,
+    newest_metadata,
+    newest_of_metadata,
     tick_horizon,
 )
 
@@ -269,9 +273,28 @@ def create_streams_app(
     def owned(topic: str) -> set[int]:
         return {tp.partition for tp in app.consumer.assignment() if tp.topic == topic}
 
+    async def seed_progress(state: LiveState, partitions: set[int]) -> bool:
+        """The newest event time each events partition's floor was committed with, merged in
+        once per generation before its first watermark or commit (``streams.floor_commits``);
+        False while the broker does not say."""
+        unseeded = state.progress.unseeded(partitions)
+        if not unseeded:
+            return True
+        tps = [TopicPartition(settings.events_topic, p) for p in sorted(unseeded)]
+        try:
+            found = await committed_metadata(bootstrap, settings.app_id, tps, METADATA_TIMEOUT_S)
+        except (KafkaError, TimeoutError) as error:
+            log.warning("the events floors' event times not read: %r", error)  # the broker away
+            return False
+        for tp, raw in found.items():
+            state.progress.seed(tp.partition, newest_of_metadata(raw))
+        return True
+
     async def send_watermark_round(state: LiveState) -> None:
         mine = owned(settings.events_topic)
         state.progress.keep_only(mine)
+        if not await seed_progress(state, mine):
+            return
         tps = [TP(settings.events_topic, p) for p in sorted(mine)]
         if not tps:
             return
@@ -368,17 +391,24 @@ def create_streams_app(
                 log.warning("a scored-through claim skipped: %r", error)
 
     async def commit_floors(state: LiveState | None) -> None:
-        """Commit each partition's floor (``streams.commit_floor``) that moved; the sink's
-        rows first, so a committed event's rows are stored (unless the store is down)."""
+        """Commit each partition's floor (``streams.commit_floor``) that moved, an events
+        partition's with its newest event time (``streams.floor_commits``); the sink's rows
+        first, so a committed event's rows are stored (unless the store is down)."""
         if state is None:
             return
         floors = state.floors(settings.events_topic, scorer_topic)
+        events = {p for t, p in floors if t == settings.events_topic}
+        if events and not await seed_progress(state, events):
+            floors = {(t, p): at for (t, p), at in floors.items() if t != settings.events_topic}
         if not floors:
             return
         if buffer is not None:
             buffer.flush()
-        consumer = cast(Any, app.consumer)
-        if await consumer._commit({TP(t, p): offset for (t, p), offset in floors.items()}):
+        offsets = {
+            TP(t, p): (at, newest_metadata(state.progress.newest(p)) if p in events else "")
+            for (t, p), at in floors.items()
+        }
+        if await commit_with_metadata(app.consumer, offsets):
             state.committed.update(floors)
 
     @app.timer(interval=COMMIT_INTERVAL_S)
@@ -461,6 +491,8 @@ def create_streams_app(
 
 
 COMMIT_INTERVAL_S = 1.0
+METADATA_TIMEOUT_S = 10.0
+"""How long the broker may take to say what the events floors were committed with."""
 STALL_PATIENCE_S = 30.0
 """How long an owned partition may go unfetched with records to read (``stall_watch``)."""
 OPEN_ROLLOUT_LIMIT = 2

@@ -5,7 +5,8 @@ built from the messages read before goes with the generation: the open rollouts 
 forge.events partition, the open groups and horizon of each partition of the scorer's topic,
 and how far each events partition is processed (the watermarks' source). A kept partition is
 read again from its floor and rebuilt exactly: the floors (``streams.commit_floor``) are the
-only state that outlives a generation, as Kafka's committed offsets.
+only state that outlives a generation, as Kafka's committed offsets, each events floor with
+the newest event time processed before it (``streams.floor_commits``).
 """
 
 from __future__ import annotations

@@ -19,6 +19,11 @@ last word left it. When every partition is caught up and quiet the lateness is d
 horizon is the newest event itself, a replay's end of the log, so live and replay time out
 the same groups.
 
+A new owner of an events partition (after a rebalance or a restart) reads it again only from
+its committed floor, so the newest event time before that comes with the floor's commit
+(``streams.floor_commits``): without it, a generation that committed the whole log before any
+watermark was written left the next one no event time, and the horizon unknown for good.
+
 Only this process's monotonic clock is used (for "quiet"), never compared with event time: a
 producer clock far off ours changes nothing.
 """
@@ -54,7 +59,8 @@ class Watermark:
 
     partition: int
     newest: datetime | None
-    """The newest event time processed (None: none since the owner got the partition)."""
+    """The newest event time processed on the partition, by this owner or (as its committed
+    floor says) an earlier one; None: none known."""
     caught_up: bool
     """Everything in the partition when this was sent has been processed."""
     quiet: bool
@@ -81,12 +87,29 @@ class Watermark:
         return mark
 
 
+def newest_metadata(newest: datetime | None) -> str:
+    """What an events floor is committed with: the newest event time processed on its
+    partition (``streams.floor_commits``)."""
+    return "" if newest is None else newest.isoformat()
+
+
+def newest_of_metadata(raw: str) -> datetime | None:
+    """The event time an events floor was committed with; None for none (or anything else: an
+    older worker committed no metadata)."""
+    try:
+        return _event_time(datetime.fromisoformat(raw), "a floor's event time") if raw else None
+    except ValueError:
+        return None
+
+
 @dataclass
 class _Progress:
     next_offset: int | None = None
     newest: datetime | None = None
     last_event_at: float | None = None
     level_since: float | None = None
+    seeded: bool = False
+    """The newest event time committed with the partition's floor is merged in."""
 
 
 class EventsProgress:
@@ -104,6 +127,23 @@ class EventsProgress:
         progress.last_event_at = now
         if ts is not None and (progress.newest is None or ts > progress.newest):
             progress.newest = ts
+
+    def seed(self, partition: int, committed: datetime | None) -> None:
+        """Event time had reached ``committed`` on the partition before this generation: what
+        its floor was committed with. A watermark or floor commit waits for it (``unseeded``),
+        so neither says less than an earlier owner knew."""
+        progress = self._partitions.setdefault(partition, _Progress())
+        progress.seeded = True
+        if committed is not None and (progress.newest is None or committed > progress.newest):
+            progress.newest = committed
+
+    def unseeded(self, partitions: set[int]) -> set[int]:
+        """Those whose committed event time is not merged in yet."""
+        return {p for p in partitions if not self._partitions.get(p, _Progress()).seeded}
+
+    def newest(self, partition: int) -> datetime | None:
+        progress = self._partitions.get(partition)
+        return None if progress is None else progress.newest
 
     def keep_only(self, partitions: set[int]) -> None:
         """Forget partitions this worker no longer owns: a new owner starts afresh."""

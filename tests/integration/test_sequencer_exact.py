@@ -15,12 +15,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 from kafka import TopicPartition
+from kafka.errors import KafkaError
 
 from infra.kafka_clients import admin_client, sync_consumer, sync_producer
 from infra.local_broker import free_port
 from schemas import codec
 from schemas.records import QueueEntry
 from schemas.topics import EVENTS, QUEUE, TRAJECTORIES
+from streams.app import ended_topic
 from streams.pipeline import PipelineConfig, process_log
 from tests.builders import T0
 from tests.integration.logged_process import LoggedProcess
@@ -122,6 +124,54 @@ def test_two_workers_started_at_once_write_every_sample_once(kafka, tmp_path):
     finally:
         for w in workers:
             stop(w)
+    assert train_samples(kafka, train.name) == reference.samples
+
+
+def committed_to_the_end(kafka, group: str, topics: tuple[str, ...]) -> bool:
+    """Whether ``group`` has committed every partition of ``topics`` up to its end."""
+    consumer = sync_consumer(kafka)
+    try:
+        parts = [TopicPartition(t, p) for t in topics for p in consumer.partitions_for_topic(t)]
+        ends = consumer.end_offsets(parts)
+    finally:
+        consumer.close()
+    admin = admin_client(kafka, 30)
+    try:
+        committed = admin.list_group_offsets(group).get(group, {})
+    except KafkaError:  # the group's coordinator not there yet
+        return False
+    finally:
+        admin.close()
+    return all(tp in committed and committed[tp].offset >= end for tp, end in ends.items())
+
+
+def test_the_newest_event_time_outlives_a_generation_that_committed_before_any_claim(
+    kafka, tmp_path
+):
+    """A worker that processed and committed the whole log before any watermark or claim
+    (here its checks an hour apart; in the two-workers test, a first generation cut short by
+    the second worker's join) left its successor no event time: nothing is read again, so no
+    watermark carried one, no horizon, no claim, and forge.train stayed empty for good. The
+    events floors' commits carry it."""
+    _, _, train, reference, env = prepared_log(kafka, tmp_path, 48, garbage=False)
+    env["FORGE_STREAMS_SINK"] = "false"
+    app_id = env["FORGE_STREAMS_APP_ID"]
+    silent = start_worker({**env, "FORGE_STREAMS_GROUP_CHECK_S": "3600"})
+    try:
+        deadline = time.monotonic() + 120
+        inputs = (env["FORGE_STREAMS_EVENTS_TOPIC"], ended_topic(app_id))
+        while not committed_to_the_end(kafka, app_id, inputs):  # every group scored and marked
+            assert silent.poll() is None, silent.log_tail()
+            assert time.monotonic() < deadline, "the first worker never committed its inputs"
+            time.sleep(0.5)
+    finally:
+        stop(silent)
+    assert train_samples(kafka, train.name) == []  # no claim, nothing applied
+    successor = start_worker(env)
+    try:
+        wait_for(kafka, train, len(reference.samples), [successor], timeout_s=90)
+    finally:
+        stop(successor)
     assert train_samples(kafka, train.name) == reference.samples
 
 

@@ -7,7 +7,14 @@ from datetime import timedelta
 
 import pytest
 
-from streams.watermarks import EventsProgress, SharedHorizon, Watermark, combined
+from streams.watermarks import (
+    EventsProgress,
+    SharedHorizon,
+    Watermark,
+    combined,
+    newest_metadata,
+    newest_of_metadata,
+)
 from tests.builders import T0
 
 LATENESS = timedelta(seconds=5)
@@ -53,6 +60,42 @@ def test_a_revoked_partition_starts_afresh() -> None:
     progress.processed(2, offset=4, ts=at(4), now=100.0)
     progress.keep_only({0, 1})
     assert progress.mark(2, log_end=5, position=5, now=100.1).newest is None
+
+
+def test_a_new_owner_starts_from_the_event_time_its_floor_was_committed_with() -> None:
+    """Nothing before the committed floor is read again, so a partition committed to its end
+    gives the next owner's watermark an event time only through the commit's metadata."""
+    earlier = EventsProgress(IDLE)
+    earlier.seed(0, None)  # the first owner: nothing committed before it
+    earlier.processed(0, offset=4, ts=at(40), now=100.0)
+    earlier.processed(0, offset=5, ts=at(30), now=100.0)  # event times need not rise
+    committed = newest_metadata(earlier.newest(0))
+    successor = EventsProgress(IDLE)
+    assert successor.unseeded({0, 1}) == {0, 1}
+    successor.seed(0, newest_of_metadata(committed))
+    assert successor.unseeded({0, 1}) == {1}
+    assert successor.mark(0, log_end=6, position=6, now=200.0).newest == at(40)
+    successor.processed(0, offset=6, ts=at(35), now=201.0)  # older than the seed: kept
+    assert successor.newest(0) == at(40)
+    successor.processed(0, offset=7, ts=at(50), now=202.0)
+    assert successor.newest(0) == at(50)
+
+
+def test_a_floor_committed_without_an_event_time_seeds_nothing() -> None:
+    assert newest_metadata(None) == ""
+    for raw in ("", "not a time", "2026-01-01T00:00:00", "0001-01-01T00:00:00+00:00"):
+        assert newest_of_metadata(raw) is None  # an older worker's, or none: unknown
+    progress = EventsProgress(IDLE)
+    progress.processed(3, offset=0, ts=at(5), now=1.0)
+    progress.seed(3, None)
+    assert progress.newest(3) == at(5) and not progress.unseeded({3})
+
+
+def test_a_revoked_partition_is_seeded_again_when_it_comes_back() -> None:
+    progress = EventsProgress(IDLE)
+    progress.seed(2, at(9))
+    progress.keep_only({0})
+    assert progress.unseeded({2}) == {2} and progress.newest(2) is None
 
 
 def rounds(*marks_per_round: list[Watermark]) -> SharedHorizon:

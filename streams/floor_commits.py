@@ -1,0 +1,64 @@
+"""Committing the input floors with metadata, and reading that metadata back.
+
+A floor's commit is the only state that outlives a consumer-group generation
+(``streams.live_state``), and what a new owner does not read again it cannot learn from the
+records: a forge.events partition committed to its end leaves its next owner no event time to
+start the watermarks from. So each events floor is committed with the newest event time
+processed on the partition (``streams.watermarks``), atomically with the offset, and the next
+owner reads it before its first watermark or commit. Faust 0.15's commit always sends empty
+metadata, so the commit here is its own, made on Faust's consumer thread as Faust's is.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Mapping
+from typing import Any
+
+from aiokafka import TopicPartition
+from aiokafka.admin import AIOKafkaAdminClient
+from aiokafka.errors import CommitFailedError
+from aiokafka.structs import OffsetAndMetadata
+from faust.types import TP
+
+
+async def commit_with_metadata(consumer: Any, offsets: Mapping[TP, tuple[int, str]]) -> bool:
+    """Commit ``offsets`` (partition: offset and metadata) of the partitions Faust's consumer
+    still holds; False when the group has rebalanced meanwhile (the next generation reads again
+    from what was committed before)."""
+    thread = consumer._thread  # Faust 0.15: the thread that owns the aiokafka consumer
+
+    async def commit() -> bool:
+        held = {tp: value for tp, value in offsets.items() if tp in thread.assignment()}
+        if not held:
+            return False
+        try:
+            await thread._ensure_consumer().commit({
+                TopicPartition(tp.topic, tp.partition): OffsetAndMetadata(offset, metadata)
+                for tp, (offset, metadata) in held.items()
+            })  # fmt: skip
+        except CommitFailedError:
+            return False
+        thread.tp_last_committed_at.update(dict.fromkeys(held, time.monotonic()))  # as Faust's
+        return True
+
+    return bool(await thread.call_thread(commit))
+
+
+async def committed_metadata(
+    bootstrap: str, group: str, partitions: list[TopicPartition], timeout_s: float
+) -> dict[TopicPartition, str]:
+    """The metadata ``group`` committed with each of ``partitions`` ("" where none); KafkaError
+    or TimeoutError when the broker does not answer within ``timeout_s``. Asked rarely (once per
+    generation), so by a client of its own made for the question."""
+    admin = AIOKafkaAdminClient(
+        bootstrap_servers=bootstrap, request_timeout_ms=int(timeout_s * 1000)
+    )
+    try:
+        async with asyncio.timeout(timeout_s):
+            await admin.start()
+            found = await admin.list_consumer_group_offsets(group, partitions=partitions)
+    finally:
+        await admin.close()
+    return {tp: (found[tp].metadata or "") if tp in found else "" for tp in partitions}
