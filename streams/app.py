@@ -43,7 +43,7 @@ from infra.metrics_server import StreamsMetrics, serve_metrics
 from schemas import codec
 from schemas.records import Envelope, TrainStep
 from schemas.topics import DLQ, EVENTS, MAX_MESSAGE_BYTES, TRAJECTORIES, TopicSpec
-from streams import bundles
+from streams import bundles, faust_transport
 from streams.config import StreamsSettings, load_pipeline_config
 from streams.dead_letters import DeadLetters
 from streams.deliveries import Deliveries
@@ -110,6 +110,7 @@ def create_streams_app(
         broker_session_timeout=10.0,
         broker_heartbeat_interval=3.0,
     )
+    app.transport = faust_transport.Transport(app.conf.broker_consumer, app)
     # Faust's assignor ignores a topic missing from metadata at the first rebalance; on a loaded
     # machine that once lost the bundles sent meanwhile. Created up front, nothing is missing
     # (forge.trajectories too: the claims name its partitions).
