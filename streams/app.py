@@ -393,7 +393,7 @@ def create_streams_app(
 
     async def commit_floors(state: LiveState | None) -> None:
         """Commit each partition's floor (``streams.commit_floor``) that moved, an events
-        partition's with its newest event time (``streams.floor_commits``); the sink's rows
+        partition's with the event time below it (``streams.floor_commits``); the sink's rows
         first, so a committed event's rows are stored (unless the store is down)."""
         if state is None:
             return
@@ -406,7 +406,10 @@ def create_streams_app(
         if buffer is not None:
             buffer.flush()
         offsets = {
-            TP(t, p): (at, newest_metadata(state.progress.newest(p)) if p in events else "")
+            TP(t, p): (
+                at,
+                newest_metadata(state.progress.below_floor(p, at)) if p in events else "",
+            )
             for (t, p), at in floors.items()
         }
         if await commit_with_metadata(app.consumer, offsets):

@@ -3,9 +3,9 @@
 A floor's commit is the only state that outlives a consumer-group generation
 (``streams.live_state``), and what a new owner does not read again it cannot learn from the
 records: a forge.events partition committed to its end leaves its next owner no event time to
-start the watermarks from. So each events floor is committed with the newest event time
-processed on the partition (``streams.watermarks``), atomically with the offset, and the next
-owner reads it before its first watermark or commit. Faust 0.15's commit always sends empty
+start the watermarks from. So each events floor is committed with the newest event time of the
+records below it (``streams.floor_event_time``), atomically with the offset, and the next owner
+reads it before its first watermark or commit. Faust 0.15's commit always sends empty
 metadata, so the commit here is its own, made on Faust's consumer thread as Faust's is.
 """
 

@@ -21,8 +21,8 @@ the same groups.
 
 A new owner of an events partition (after a rebalance or a restart) reads it again only from
 its committed floor, so the newest event time before that comes with the floor's commit
-(``streams.floor_commits``): without it, a generation that committed the whole log before any
-watermark was written left the next one no event time, and the horizon unknown for good.
+(``streams.floor_event_time``): without it, a generation that committed the whole log before
+any watermark was written left the next one no event time, and the horizon unknown for good.
 
 Only this process's monotonic clock is used (for "quiet"), never compared with event time: a
 producer clock far off ours changes nothing.
@@ -32,6 +32,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+
+from streams.floor_event_time import FloorEventTime
 
 WATERMARK_HEADER = "forge-watermark"
 TICK_HEADER = "forge-group-tick"
@@ -88,8 +90,8 @@ class Watermark:
 
 
 def newest_metadata(newest: datetime | None) -> str:
-    """What an events floor is committed with: the newest event time processed on its
-    partition (``streams.floor_commits``)."""
+    """What an events floor is committed with: the newest event time of the records below it
+    (``streams.floor_event_time``)."""
     return "" if newest is None else newest.isoformat()
 
 
@@ -109,7 +111,8 @@ class _Progress:
     last_event_at: float | None = None
     level_since: float | None = None
     seeded: bool = False
-    """The newest event time committed with the partition's floor is merged in."""
+    """The event time committed with the partition's floor is merged in."""
+    floor_time: FloorEventTime = field(default_factory=FloorEventTime)
 
 
 class EventsProgress:
@@ -125,15 +128,19 @@ class EventsProgress:
         progress = self._partitions.setdefault(partition, _Progress())
         progress.next_offset = offset + 1
         progress.last_event_at = now
-        if ts is not None and (progress.newest is None or ts > progress.newest):
-            progress.newest = ts
+        if ts is not None:
+            progress.floor_time.processed(offset, ts)
+            if progress.newest is None or ts > progress.newest:
+                progress.newest = ts
 
     def seed(self, partition: int, committed: datetime | None) -> None:
-        """Event time had reached ``committed`` on the partition before this generation: what
-        its floor was committed with. A watermark or floor commit waits for it (``unseeded``),
-        so neither says less than an earlier owner knew."""
+        """Event time had reached ``committed`` on the partition before this generation, every
+        record of it done: what its floor was committed with (``streams.floor_event_time``).
+        A watermark or floor commit waits for it (``unseeded``), so neither says less than an
+        earlier owner knew."""
         progress = self._partitions.setdefault(partition, _Progress())
         progress.seeded = True
+        progress.floor_time.seed(committed)
         if committed is not None and (progress.newest is None or committed > progress.newest):
             progress.newest = committed
 
@@ -141,9 +148,9 @@ class EventsProgress:
         """Those whose committed event time is not merged in yet."""
         return {p for p in partitions if not self._partitions.get(p, _Progress()).seeded}
 
-    def newest(self, partition: int) -> datetime | None:
-        progress = self._partitions.get(partition)
-        return None if progress is None else progress.newest
+    def below_floor(self, partition: int, floor: int) -> datetime | None:
+        """The event time to commit the partition's floor ``floor`` with."""
+        return self._partitions.setdefault(partition, _Progress()).floor_time.below(floor)
 
     def keep_only(self, partitions: set[int]) -> None:
         """Forget partitions this worker no longer owns: a new owner starts afresh."""
