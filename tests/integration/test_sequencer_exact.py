@@ -1,4 +1,5 @@
-"""forge.train is exact by identity under restarts, trimmed inputs, two workers and a zombie.
+"""forge.train is exact by identity under restarts, trimmed inputs, two workers, a zombie, and
+a worker that committed the whole log before any claim.
 
 Each scenario breaks what a count of forge.train's records cannot survive; the live output
 must still equal a replay of the whole log, sample for sample.
