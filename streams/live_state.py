@@ -6,7 +6,7 @@ forge.events partition, the open groups and horizon of each partition of the sco
 and how far each events partition is processed (the watermarks' source). A kept partition is
 read again from its floor and rebuilt exactly: the floors (``streams.commit_floor``) are the
 only state that outlives a generation, as Kafka's committed offsets, each events floor with
-the newest event time processed before it (``streams.floor_commits``).
+the newest event time of the records before it (``streams.floor_event_time``).
 """
 
 from __future__ import annotations
