@@ -247,18 +247,23 @@ def draw_timeline(path: Path, start: float, bundles: list[float], trajectories: 
 
 
 def live_worker_inflight_rss(bootstrap: str, home: Path, inflight: int,
-                             rng: np.random.Generator, calls: int) -> float:  # fmt: skip
-    """Peak RSS (MiB) of the worker once it holds ``inflight`` started, unfinished rollouts."""
+                             rng: np.random.Generator,
+                             calls: int) -> tuple[int, float, float]:  # fmt: skip
+    """(events, seconds, peak RSS MiB) of the worker reading ``inflight`` started, unfinished
+    rollouts and holding them all: seconds from its start (start-up included) until every
+    events partition's watermark says it is read to its end (checked once a second)."""
     topics = fresh_topics(bootstrap, "mem")
-    produce(bootstrap, topics, 0, inflight, finished=False, rng=rng, calls=calls)
+    sent = produce(bootstrap, topics, 0, inflight, finished=False, rng=rng, calls=calls)
     app_id = f"bench-{uuid.uuid4().hex[:8]}"
+    started = time.monotonic()
     worker = start_worker(bootstrap, home / "mem", topics, app_id)
-    peak = 0.0
+    peak, seconds = 0.0, float("nan")
     try:
         deadline = time.monotonic() + 600
         while time.monotonic() < deadline:
             peak = max(peak, _tree_rss_mb(worker.pid))
             if caught_up(bootstrap, app_id):  # every event read and held (none ends)
+                seconds = time.monotonic() - started
                 time.sleep(3)
                 peak = max(peak, _tree_rss_mb(worker.pid))
                 break
@@ -266,7 +271,7 @@ def live_worker_inflight_rss(bootstrap: str, home: Path, inflight: int,
     finally:
         worker.send_signal(signal.SIGTERM)
         worker.wait(60)
-    return peak
+    return sent, seconds, peak
 
 
 def _written(bootstrap: str, topic: str) -> int:
@@ -381,8 +386,11 @@ def main() -> None:
                           f"{span:.2f}", f"{rate:.0f}", f"{peak:.0f}")  # fmt: skip
             ratios.append(f"{workers} worker(s) {rate / replay_rate:.2f}x")
         with console.status(f"live worker holding {args.inflight} rollouts in flight…"):
-            peak = live_worker_inflight_rss(bootstrap, home, args.inflight, rng, args.calls)
-        table.add_row(f"live worker, {args.inflight} rollouts in flight", "", "", "",
+            held, seconds, peak = live_worker_inflight_rss(
+                bootstrap, home, args.inflight, rng, args.calls
+            )
+        table.add_row(f"live worker, {args.inflight} rollouts in flight (start-up included)",
+                      str(held), f"{seconds:.2f}", f"{held / seconds:.0f}",
                       f"{peak:.0f}")  # fmt: skip
     finally:
         if broker is not None:

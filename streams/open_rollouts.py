@@ -100,13 +100,16 @@ class OpenRollouts:
         expired: list[ExpiredRollout] = []
         if self._newest is None:
             return expired
-        for rid, rollout in list(self._open.items()):
+        # Called for every event: the open rollouts are walked only up to the first one kept
+        # (copying them all each time cost 2 ms an event with 10,000 open).
+        for rid, rollout in self._open.items():
             if self._newest - rollout.started_ts <= self.expire_after:
                 break
-            del self._open[rid]
-            self.floor.release(rid)
             expired.append(ExpiredRollout(rid, rollout.offset, (
                 f"rollout {rid} did not end within {self.expire_after.total_seconds():g} s "
                 "of event time after its start: not scored (its events stay in the log)"
             )))  # fmt: skip
+        for gone in expired:
+            del self._open[gone.rollout_id]
+            self.floor.release(gone.rollout_id)
         return expired
