@@ -53,7 +53,7 @@ class _Consumer(faust_aiokafka.Consumer):  # type: ignore[misc]
         except BaseException:
             _close(others)
             raise
-        rest = _resumed(first, waiting_on)
+        rest = _Continuation(first, waiting_on)
         return await super().wait_first(rest, *others, timeout=timeout)
 
 
@@ -64,15 +64,10 @@ def _close(coros: list[Any]) -> None:
             coro.close()
 
 
-async def _resumed(coro: Coroutine[Any, Any, Any], waiting_on: Any) -> Any:
-    """The rest of ``coro``, which has run up to the point where it yielded ``waiting_on``."""
-    return await _Continuation(coro, waiting_on)
-
-
 class _Continuation:
-    """Awaits the rest of a started coroutine: ``yield from`` from its first suspension on
-    (what it yielded goes to the task first; values and exceptions the task sends are passed
-    on)."""
+    """The rest of a coroutine that has run up to the point where it yielded ``waiting_on``:
+    ``yield from`` from that suspension on (what it yielded goes to the task first; values and
+    exceptions the task sends are passed on)."""
 
     def __init__(self, coro: Coroutine[Any, Any, Any], waiting_on: Any) -> None:
         self._coro = coro
