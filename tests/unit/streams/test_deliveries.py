@@ -89,3 +89,37 @@ async def test_in_flight_by_tag_ends_only_once_a_failed_send_is_acknowledged_aga
         deliveries.in_flight(("bundles", 0)) == []
         and len(deliveries.in_flight(("bundles", 1))) == 1
     )
+
+
+async def test_acknowledgements_are_counted_without_a_task_and_an_async_then_ends_the_delivery():
+    loop = asyncio.get_running_loop()
+    handed: list[asyncio.Future[None]] = []
+
+    async def send():
+        handed.append(loop.create_future())
+        return handed[-1]
+
+    deliveries = Deliveries()
+    tasks = asyncio.all_tasks()
+    released: list[str] = []
+    await deliveries.send([send, send], then=lambda: released.append("sync"), tag="a")
+    assert asyncio.all_tasks() == tasks  # nothing runs while the broker has not answered
+    for ack in handed:
+        ack.set_result(None)
+    await asyncio.sleep(0.01)  # the callbacks scheduled by the acknowledgements run
+    assert released == ["sync"] and deliveries.pending == 0 and asyncio.all_tasks() == tasks
+
+    marked = loop.create_future()
+
+    async def then() -> None:
+        await marked
+        released.append("async")
+
+    await deliveries.send([send], then=then, tag="b")
+    (counted,) = deliveries.in_flight("b")
+    handed[-1].set_result(None)
+    await asyncio.sleep(0.01)
+    assert not counted.done()  # acknowledged, but its then still runs
+    marked.set_result(None)
+    await asyncio.wait_for(counted, 1)
+    assert released == ["sync", "async"] and deliveries.pending == 0
