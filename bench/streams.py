@@ -7,10 +7,14 @@ timed by record timestamps from its first rollout's bundle (sent once that rollo
 are read) to its last trajectory, so the worker's start-up is not counted but all its work
 is — one worker, then
 two in one group (each with its own embedded analytics store) on a fresh copy of the backlog;
-then the live/replay ratios. Memory: peak RSS in process, and the live worker's peak RSS
+then the live/replay ratios. Before anything is timed, --warmup rollouts go untimed through
+the replay and one live worker: a freshly started broker's JVM compiles as it goes (its CPU
+for the same live backlog fell from 17.7 s in its first run to 9.4 s in its second), which
+a long run does not see. Memory: peak RSS in process, and the live worker's peak RSS
 while it holds --inflight rollouts that have started but not ended.
 
-    python bench/streams.py [--rollouts 2000] [--inflight 10000] [--calls 2] [--timeline PNG]
+    python bench/streams.py [--rollouts 2000] [--inflight 10000] [--calls 2] [--warmup 1000]
+                            [--timeline PNG]
 """
 
 from __future__ import annotations
@@ -177,6 +181,33 @@ def caught_up(bootstrap: str, app_id: str) -> bool:
     return len(newest) == EVENTS.partitions and all(m.caught_up for m in newest.values())
 
 
+def replay_seconds(bootstrap: str, rollouts: int, rng: np.random.Generator,
+                   calls: int) -> tuple[int, float]:  # fmt: skip
+    """(events, seconds) of `forge-rl replay`'s pipeline over a fresh log of ``rollouts``."""
+    suffix = uuid.uuid4().hex[:8]
+    specs = tuple(TopicSpec(f"bench.{s.name}.{suffix}", s.record, s.partitions, s.configs)
+                  for s in (EVENTS, QUEUE, POLICY))  # fmt: skip
+    ensure_topics(bootstrap, specs, 30)
+    producer = sync_producer(bootstrap, linger_ms=5, batch_size=BATCH_BYTES)
+    count = 0
+    for i in range(rollouts):
+        events, entry = rollout_events(i, rng, calls)
+        producer.send(specs[1].name, codec.encode(entry), key=entry.rollout_id.encode())
+        for e in events:
+            producer.send(specs[0].name, codec.encode(e), key=e.rollout_id.encode())
+            count += 1
+    producer.flush()
+    producer.close()
+    started = time.perf_counter()
+    replay = run_replay(
+        bootstrap, LogRange(), f"bench.train.{suffix}", PipelineConfig(window=None),
+        sources=ReplaySources(*specs),
+    )  # fmt: skip
+    elapsed = time.perf_counter() - started
+    assert len(replay.samples) == rollouts
+    return count, elapsed
+
+
 def live_worker_rate(bootstrap: str, home: Path, rollouts: int, rng: np.random.Generator,
                      calls: int, workers: int = 1,
                      timeline: Path | None = None) -> tuple[int, float, float, float]:  # fmt: skip
@@ -318,6 +349,9 @@ def main() -> None:
     parser.add_argument("--rollouts", type=int, default=2000, help="rollouts through the broker")
     parser.add_argument("--inflight", type=int, default=10000, help="rollouts held in memory")
     parser.add_argument("--calls", type=int, default=2, help="model calls per rollout")
+    parser.add_argument("--warmup", type=int, default=1000, metavar="ROLLOUTS",
+                        help="rollouts replayed and through one live worker, untimed, before "
+                        "anything is measured (0: none)")  # fmt: skip
     parser.add_argument("--timeline", type=Path, metavar="PNG",
                         help="plot the one-worker run: records a second and its CPU")  # fmt: skip
     args = parser.parse_args()
@@ -347,34 +381,22 @@ def main() -> None:
     bootstrap = os.environ.get("FORGE_KAFKA_BOOTSTRAP")
     broker = None
     if bootstrap is None:
+        # Kafka's own default initial rebalance delay (the tests' brokers use 0): the two
+        # workers, started together, share the first assignment as they would on a cluster.
         broker = LocalBroker(home / "kafka", version="4.4.0", cache_dir=InfraSettings().cache_dir,
-                             port=0, controller_port=0)  # fmt: skip
+                             port=0, controller_port=0,
+                             initial_rebalance_delay_ms=3000)  # fmt: skip
         bootstrap = broker.up().bootstrap
     try:
-        suffix = uuid.uuid4().hex[:8]
-        specs = tuple(TopicSpec(f"bench.{s.name}.{suffix}", s.record, s.partitions, s.configs)
-                      for s in (EVENTS, QUEUE, POLICY))  # fmt: skip
-        ensure_topics(bootstrap, specs, 30)
-        producer = sync_producer(bootstrap, linger_ms=5, batch_size=BATCH_BYTES)
-        count = 0
-        for i in range(args.rollouts):
-            events, entry = rollout_events(i, rng, args.calls)
-            producer.send(specs[1].name, codec.encode(entry), key=entry.rollout_id.encode())
-            for e in events:
-                producer.send(specs[0].name, codec.encode(e), key=e.rollout_id.encode())
-                count += 1
-        producer.flush()
-        producer.close()
-        started = time.perf_counter()
-        replay = run_replay(
-            bootstrap, LogRange(), f"bench.train.{suffix}", PipelineConfig(window=None),
-            sources=ReplaySources(*specs),
-        )  # fmt: skip
-        elapsed = time.perf_counter() - started
+        if args.warmup:
+            with console.status(f"warming the broker up: {args.warmup} rollouts replayed and "
+                                "through one live worker, untimed…"):  # fmt: skip
+                replay_seconds(bootstrap, args.warmup, rng, args.calls)
+                live_worker_rate(bootstrap, home / "warmup", args.warmup, rng, args.calls)
+        count, elapsed = replay_seconds(bootstrap, args.rollouts, rng, args.calls)
         replay_rate = count / elapsed
         table.add_row(f"replay through Kafka, {args.rollouts} rollouts", str(count),
                       f"{elapsed:.2f}", f"{replay_rate:.0f}", "")  # fmt: skip
-        assert len(replay.samples) == args.rollouts
         for workers in (1, 2):
             with console.status(f"{workers} live worker(s) working through a backlog…"):
                 timeline = args.timeline if workers == 1 else None

@@ -82,7 +82,12 @@ class LocalBroker:
         controller_port: int,
         heap: str = "512m",
         startup_timeout_s: float = 120.0,
+        initial_rebalance_delay_ms: int = 0,
     ) -> None:
+        """``initial_rebalance_delay_ms``: how long a new consumer group waits for more members
+        before its first assignment: 0 by default, as each test's group is new and mostly starts
+        alone; Kafka's own default is 3000, so that workers started together share the first
+        assignment instead of the first one taking every partition and handing half back."""
         self.root = root
         self.version = version
         self.cache_dir = cache_dir
@@ -90,6 +95,7 @@ class LocalBroker:
         self.controller_port = controller_port
         self.heap = heap
         self.startup_timeout_s = startup_timeout_s
+        self.initial_rebalance_delay_ms = initial_rebalance_delay_ms
         self.state_file = root / "broker.json"
         self.data_dir = root / "data"
         self.log_file = root / "broker.log"
@@ -177,6 +183,7 @@ class LocalBroker:
             controller_port=controller_port,
             log_dir=self.data_dir,
             max_message_bytes=MAX_MESSAGE_BYTES + 1024 * 1024,
+            initial_rebalance_delay_ms=self.initial_rebalance_delay_ms,
         )
         path = self.root / "server.properties"
         path.write_text(text)
