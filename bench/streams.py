@@ -35,6 +35,7 @@ from pathlib import Path
 
 import numpy as np
 import psutil
+from kafka import KafkaConsumer, TopicPartition
 from rich.console import Console
 from rich.table import Table
 
@@ -144,8 +145,6 @@ def start_worker(
 
 def records(bootstrap: str, topic: str, partitions: tuple[int, ...] | None = None) -> list:
     """Everything on the topic (or those of its ``partitions``) so far."""
-    from kafka import KafkaConsumer, TopicPartition
-
     consumer = KafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False)
     try:
         found = consumer.partitions_for_topic(topic) or ()
@@ -221,19 +220,22 @@ def live_worker_rate(bootstrap: str, home: Path, rollouts: int, rng: np.random.G
              for i in range(workers)]  # fmt: skip
     peak = 0.0
     cpu: list[tuple[float, float]] = []  # (wall time, CPU seconds of all workers so far)
+    # End offsets only, from one consumer: reading the records, or a new consumer each time
+    # (~40 ms of CPU), would load the machine measured.
+    watch = KafkaConsumer(bootstrap_servers=bootstrap)
     try:
         deadline = time.monotonic() + 600
         while True:
             peak = max(peak, sum(_tree_rss_mb(w.pid) for w in group))
             cpu.append((time.time(), sum(_tree_cpu_s(w.pid) for w in group)))
-            # End offsets only: reading the records here would load the machine measured.
-            if _written(bootstrap, topics[TRAJECTORIES.name]) >= rollouts:
+            if _written(watch, topics[TRAJECTORIES.name]) >= rollouts:
                 break
             for worker in group:
                 assert worker.poll() is None, f"a worker exited: see {home}/rate*/worker.log"
             assert time.monotonic() < deadline, f"the workers did not finish: {home}/rate*"
             time.sleep(0.5)
     finally:
+        watch.close()
         for worker in group:
             worker.send_signal(signal.SIGTERM)
         for worker in group:
@@ -305,17 +307,11 @@ def live_worker_inflight_rss(bootstrap: str, home: Path, inflight: int,
     return sent, seconds, peak
 
 
-def _written(bootstrap: str, topic: str) -> int:
+def _written(consumer: KafkaConsumer, topic: str) -> int:
     """Records written to the topic so far."""
-    from kafka import KafkaConsumer, TopicPartition
-
-    consumer = KafkaConsumer(bootstrap_servers=bootstrap)
-    try:
-        found = consumer.partitions_for_topic(topic) or ()
-        parts = [TopicPartition(topic, p) for p in found]
-        return sum(consumer.end_offsets(parts).values()) if parts else 0
-    finally:
-        consumer.close()
+    found = consumer.partitions_for_topic(topic) or ()
+    parts = [TopicPartition(topic, p) for p in found]
+    return sum(consumer.end_offsets(parts).values()) if parts else 0
 
 
 def _tree_sum(pid: int, measure: Callable[[psutil.Process], float]) -> float:
