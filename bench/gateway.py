@@ -6,8 +6,11 @@ rendering, delta encoding, Avro encoding and the durable produce of every call's
 a real Kafka broker (acks=all, idempotent) before replying. Load comes from wrk (64
 connections = 64 concurrent agents, one rollout each).
 
-    python bench/gateway.py [--duration 15] [--connections 64]
+    python bench/gateway.py [--duration 15] [--connections 64] [--warmup 5]
     (uses FORGE_KAFKA_BOOTSTRAP, else starts a throwaway local broker)
+
+Each server first gets an untimed wrk run of --warmup seconds: a freshly started broker's JVM
+compiles as it goes, which a long run does not see.
 """
 
 from __future__ import annotations
@@ -186,6 +189,8 @@ def main() -> None:
     )
     parser.add_argument("--duration", type=int, default=15)
     parser.add_argument("--connections", type=int, default=64)
+    parser.add_argument("--warmup", type=int, default=5, metavar="SECONDS",
+                        help="an untimed wrk run of each server first (0: none)")  # fmt: skip
     parser.add_argument("--serve", choices=["gateway", "direct"], help=argparse.SUPPRESS)
     parser.add_argument("--port", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--bootstrap", help=argparse.SUPPRESS)
@@ -237,6 +242,12 @@ def main() -> None:
             f"wrk: {args.connections} connections, {args.duration}s each, Kafka {bootstrap}"
         )
         broker_cpu = {} if broker_pid is None else {"broker": broker_pid}
+        if args.warmup:
+            untimed = argparse.Namespace(connections=args.connections, duration=args.warmup)
+            with console.status(f"warming up: {args.warmup}s of wrk on each server, untimed…"):
+                run_wrk(f"http://127.0.0.1:{direct_port}", ["/v1/chat/completions"], headers,
+                        body, untimed)  # fmt: skip
+                run_wrk(f"http://127.0.0.1:{gw_port}", paths, headers, body, untimed)
         direct = measured(
             f"http://127.0.0.1:{direct_port}", ["/v1/chat/completions"], headers, body, args,
             {"server": procs[0].pid, **broker_cpu},
