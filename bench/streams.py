@@ -6,7 +6,8 @@ windowed FIFO); `forge-rl replay` through the real broker; and the live Faust wo
 timed by record timestamps from its first rollout's bundle (sent once that rollout's events
 are read) to its last trajectory, so the worker's start-up is not counted but all its work
 is — one worker, then
-two in one group (each with its own embedded analytics store) on a fresh copy of the backlog;
+two in one group (each with its own embedded analytics store; the bench's broker waits 3 s
+for a new group's members, as Kafka does by default) on a fresh copy of the backlog;
 then the live/replay ratios. Before anything is timed, --warmup rollouts go untimed through
 the replay and one live worker: a freshly started broker's JVM compiles as it goes (its CPU
 for the same live backlog fell from 17.7 s in its first run to 9.4 s in its second), which

@@ -32,3 +32,13 @@ def test_cluster_ids_never_look_like_options():
     ids = [_cluster_id() for _ in range(2000)]
     assert not any(i.startswith("-") for i in ids)
     assert all(len(i) == 22 for i in ids)
+
+
+@pytest.mark.parametrize("delay_ms", [0, 3000])
+def test_the_broker_config_carries_the_initial_rebalance_delay(tmp_path, delay_ms):
+    from infra.local_broker import LocalBroker
+
+    broker = LocalBroker(tmp_path, version="4.4.0", cache_dir=tmp_path, port=1, controller_port=2,
+                         initial_rebalance_delay_ms=delay_ms)  # fmt: skip
+    lines = broker._write_config(9092, 9093).read_text().splitlines()
+    assert f"group.initial.rebalance.delay.ms={delay_ms}" in lines
