@@ -121,7 +121,11 @@ class Deliveries:
             return
 
     def _release(self, done: asyncio.Future[None], then: Then) -> None:
-        result = then()
+        try:
+            result = then()
+        except Exception as error:  # the delivery ends, failed: a watermark waiting on it goes on
+            done.set_exception(error)
+            return
         if inspect.isawaitable(result):
             self._spawn(result).add_done_callback(partial(_copy_outcome, done))
         else:

@@ -123,3 +123,24 @@ async def test_acknowledgements_are_counted_without_a_task_and_an_async_then_end
     marked.set_result(None)
     await asyncio.wait_for(counted, 1)
     assert released == ["sync", "async"] and deliveries.pending == 0
+
+
+async def test_a_then_that_raises_ends_its_delivery_failed():
+    """A watermark round waits on the deliveries it counts: one must not stay pending."""
+    loop = asyncio.get_running_loop()
+    handed: list[asyncio.Future[None]] = []
+
+    async def send():
+        handed.append(loop.create_future())
+        return handed[-1]
+
+    def then() -> None:
+        raise RuntimeError("a bug in what is released")
+
+    deliveries = Deliveries()
+    await deliveries.send([send], then=then, tag="t")
+    (counted,) = deliveries.in_flight("t")
+    handed[0].set_result(None)
+    done, _ = await asyncio.wait([counted], timeout=1)
+    assert done and isinstance(counted.exception(), RuntimeError)
+    assert deliveries.pending == 0 and deliveries.in_flight("t") == []
