@@ -9,13 +9,19 @@ from aiokafka.errors import KafkaConnectionError
 from streams.deliveries import Deliveries
 
 
-async def test_then_runs_once_every_send_is_acknowledged_and_failures_are_sent_again():
-    loop = asyncio.get_running_loop()
-    handed: list[asyncio.Future[None]] = []
+def handing(handed: list[asyncio.Future[None]]):
+    """A send that hands a message over: its acknowledgement, pending, is kept in ``handed``."""
 
     async def send():
-        handed.append(loop.create_future())
+        handed.append(asyncio.get_running_loop().create_future())
         return handed[-1]
+
+    return send
+
+
+async def test_then_runs_once_every_send_is_acknowledged_and_failures_are_sent_again():
+    handed: list[asyncio.Future[None]] = []
+    send = handing(handed)
 
     async def refused():
         raise KafkaConnectionError("the broker away")
@@ -66,12 +72,8 @@ async def test_cancelled_deliveries_release_nothing():
 async def test_in_flight_by_tag_ends_only_once_a_failed_send_is_acknowledged_again():
     """A watermark waits on these: a bundle sent again lands after anything handed over
     meanwhile, so its hand-over alone does not put it before the watermark."""
-    loop = asyncio.get_running_loop()
     handed: list[asyncio.Future[None]] = []
-
-    async def send():
-        handed.append(loop.create_future())
-        return handed[-1]
+    send = handing(handed)
 
     deliveries = Deliveries(min_backoff_s=0.01, max_backoff_s=0.02)
     released: list[str] = []
@@ -92,12 +94,8 @@ async def test_in_flight_by_tag_ends_only_once_a_failed_send_is_acknowledged_aga
 
 
 async def test_acknowledgements_are_counted_without_a_task_and_an_async_then_ends_the_delivery():
-    loop = asyncio.get_running_loop()
     handed: list[asyncio.Future[None]] = []
-
-    async def send():
-        handed.append(loop.create_future())
-        return handed[-1]
+    send = handing(handed)
 
     deliveries = Deliveries()
     tasks = asyncio.all_tasks()
@@ -109,7 +107,7 @@ async def test_acknowledgements_are_counted_without_a_task_and_an_async_then_end
     await asyncio.sleep(0.01)  # the callbacks scheduled by the acknowledgements run
     assert released == ["sync"] and deliveries.pending == 0 and asyncio.all_tasks() == tasks
 
-    marked = loop.create_future()
+    marked = asyncio.get_running_loop().create_future()
 
     async def then() -> None:
         await marked
@@ -127,12 +125,8 @@ async def test_acknowledgements_are_counted_without_a_task_and_an_async_then_end
 
 async def test_a_then_that_raises_ends_its_delivery_failed():
     """A watermark round waits on the deliveries it counts: one must not stay pending."""
-    loop = asyncio.get_running_loop()
     handed: list[asyncio.Future[None]] = []
-
-    async def send():
-        handed.append(loop.create_future())
-        return handed[-1]
+    send = handing(handed)
 
     def then() -> None:
         raise RuntimeError("a bug in what is released")
