@@ -31,6 +31,7 @@ import tempfile
 import time
 import uuid
 from collections.abc import Callable
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -184,25 +185,12 @@ def caught_up(bootstrap: str, app_id: str) -> bool:
 def replay_seconds(bootstrap: str, rollouts: int, rng: np.random.Generator,
                    calls: int) -> tuple[int, float]:  # fmt: skip
     """(events, seconds) of `forge-rl replay`'s pipeline over a fresh log of ``rollouts``."""
-    suffix = uuid.uuid4().hex[:8]
-    specs = tuple(TopicSpec(f"bench.{s.name}.{suffix}", s.record, s.partitions, s.configs)
-                  for s in (EVENTS, QUEUE, POLICY))  # fmt: skip
-    ensure_topics(bootstrap, specs, 30)
-    producer = sync_producer(bootstrap, linger_ms=5, batch_size=BATCH_BYTES)
-    count = 0
-    for i in range(rollouts):
-        events, entry = rollout_events(i, rng, calls)
-        producer.send(specs[1].name, codec.encode(entry), key=entry.rollout_id.encode())
-        for e in events:
-            producer.send(specs[0].name, codec.encode(e), key=e.rollout_id.encode())
-            count += 1
-    producer.flush()
-    producer.close()
+    topics = fresh_topics(bootstrap, "replay")
+    count = produce(bootstrap, topics, 0, rollouts, finished=True, rng=rng, calls=calls)
+    sources = ReplaySources(*(replace(s, name=topics[s.name]) for s in (EVENTS, QUEUE, POLICY)))
     started = time.perf_counter()
-    replay = run_replay(
-        bootstrap, LogRange(), f"bench.train.{suffix}", PipelineConfig(window=None),
-        sources=ReplaySources(*specs),
-    )  # fmt: skip
+    replay = run_replay(bootstrap, LogRange(), topics["train"], PipelineConfig(window=None),
+                        sources=sources)  # fmt: skip
     elapsed = time.perf_counter() - started
     assert len(replay.samples) == rollouts
     return count, elapsed

@@ -116,8 +116,7 @@ class Deliveries:
                 backoff = min(self.max_backoff_s, 2 * backoff)
                 log.warning("a send failed again (%r): again in %.1f s", error, backoff)
                 continue
-            if not done.done():
-                acknowledged()
+            acknowledged()
             return
 
     def _release(self, done: asyncio.Future[None], then: Then) -> None:
