@@ -70,33 +70,33 @@ class FakeEngine:
 
 
 def serve(mode: str, port: int, bootstrap: str, topics: list[str], tokenizer_dir: Path) -> None:
-    import uvicorn
-    from fastapi import FastAPI
-
+    """The gateway through its own entry point (its start-up settings included); the direct
+    server as a bare FastAPI route on the same uvicorn set-up."""
     engine = FakeEngine(tokenizer_dir)
     if mode == "gateway":
-        from gateway.app import create_app
         from gateway.config import GatewaySettings
-        from gateway.event_log import EventLog
+        from gateway.server import serve as serve_gateway
 
         settings = GatewaySettings(
             admin_key=ADMIN, port=port, events_topic=topics[0], queue_topic=topics[1],
             policy_topic=topics[2], follow_policy=False,
         )  # fmt: skip
-        events = EventLog(bootstrap, topics[0], topics[1], timeout_s=10)
-        app = create_app(settings, engine, events, bootstrap=bootstrap)
-    else:
-        from gateway.engine import SamplingParams
+        serve_gateway(settings, bootstrap, tokenizer_dir, engine)
+        return
+    import uvicorn
+    from fastapi import FastAPI
 
-        app = FastAPI()
+    from gateway.engine import SamplingParams
 
-        @app.post("/v1/chat/completions")
-        async def direct(body: dict[str, Any]) -> dict[str, Any]:
-            ids = engine.tokenizer.encode_chat(body["messages"])
-            (g,) = await engine.generate(ids, SamplingParams(max_tokens=16))
-            message = {"role": "assistant", "content": g.text}
-            choice = {"index": 0, "message": message, "finish_reason": "stop"}
-            return {"object": "chat.completion", "model": body["model"], "choices": [choice]}
+    app = FastAPI()
+
+    @app.post("/v1/chat/completions")
+    async def direct(body: dict[str, Any]) -> dict[str, Any]:
+        ids = engine.tokenizer.encode_chat(body["messages"])
+        (g,) = await engine.generate(ids, SamplingParams(max_tokens=16))
+        message = {"role": "assistant", "content": g.text}
+        choice = {"index": 0, "message": message, "finish_reason": "stop"}
+        return {"object": "chat.completion", "model": body["model"], "choices": [choice]}
 
     uvicorn.run(app, host="127.0.0.1", port=port, loop="uvloop", http="httptools",
                 log_level="warning", access_log=False)  # fmt: skip

@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -94,10 +94,16 @@ def _install_error_handlers(app: FastAPI) -> None:
 
 
 def create_app(
-    settings: GatewaySettings, engine: Engine, events: EventSink, *, bootstrap: str | None = None
+    settings: GatewaySettings,
+    engine: Engine,
+    events: EventSink,
+    *,
+    bootstrap: str | None = None,
+    on_started: Callable[[], None] | None = None,
 ) -> FastAPI:
     """The gateway app; ``bootstrap`` enables reading its state back from the log, following
-    forge.policy for weight sync and forge.metrics for admission."""
+    forge.policy for weight sync and forge.metrics for admission. ``on_started`` runs once
+    start-up (the log read back included) is done, before the first request is served."""
     metrics = GatewayMetrics()
     service = RolloutService(settings, engine, events, metrics)
     auth = Auth(settings.admin_key.get_secret_value(), service.rollouts)
@@ -125,6 +131,8 @@ def create_app(
                     bootstrap, settings.metrics_topic, service.admission.consumed_to
                 )
                 tasks.append(asyncio.create_task(head, name="queue-head"))
+        if on_started is not None:
+            on_started()
         try:
             yield
         finally:

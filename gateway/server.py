@@ -9,6 +9,7 @@ import uvicorn
 from gateway.config import GatewaySettings
 from gateway.engine import Engine
 from gateway.event_log import EventLog
+from gateway.heap import settle_heap
 
 
 def model_dir(settings: GatewaySettings, home: Path) -> Path:
@@ -65,7 +66,13 @@ def serve(
     events = EventLog(
         bootstrap, settings.events_topic, settings.queue_topic, timeout_s=settings.produce_timeout_s
     )
-    app = create_app(settings, engine or build_engine(settings, home), events, bootstrap=bootstrap)
+    app = create_app(
+        settings,
+        engine or build_engine(settings, home),
+        events,
+        bootstrap=bootstrap,
+        on_started=settle_heap,
+    )
     uvicorn.run(
         app,
         host=settings.host,
