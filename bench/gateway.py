@@ -3,7 +3,8 @@
 Both servers run as separate processes with the same fake engine (fixed 16-token answers,
 no model), so the difference is the gateway itself: auth and rollout lookup, chat-template
 rendering, delta encoding, Avro encoding and the durable produce of every call's events to
-a real Kafka broker (acks=all, idempotent) before replying. Load comes from wrk (64
+a real Kafka broker (acks=all, idempotent) before replying. The gateway is served by its own
+entry point (`gateway.server.serve`), start-up settings included. Load comes from wrk (64
 connections = 64 concurrent agents, one rollout each).
 
     python bench/gateway.py [--duration 15] [--connections 64] [--warmup 5]
