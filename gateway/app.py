@@ -16,6 +16,7 @@ from typing import Any
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
+from fastapi.telemetry import TelemetryConfig
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
@@ -144,7 +145,10 @@ def create_app(
             await engine.close()
             await events.close()
 
-    app = FastAPI(title="forge-rl gateway", lifespan=lifespan)
+    # Its observability is Prometheus (/metrics): FastAPI's OpenTelemetry hooks, which look
+    # their providers up on every request, stay off.
+    no_telemetry = TelemetryConfig(tracing=False, metrics=False, logs=False)
+    app = FastAPI(title="forge-rl gateway", lifespan=lifespan, telemetry=no_telemetry)
     app.state.service = service
     openai = openai_router(settings, service, auth)
     # The rollout-prefixed mount first: the base URLs agents are handed use it, and routes are

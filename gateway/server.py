@@ -79,6 +79,7 @@ def serve(
         port=settings.port,
         loop="uvloop",
         http="httptools",
+        proxy_headers=False,  # no client address is read: the layer would only cost a call's CPU
         log_level="warning",
         access_log=False,
     )
