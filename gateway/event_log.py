@@ -102,17 +102,22 @@ class EventLog:
         while a round waits for its acknowledgements go together in the next (a group
         commit): under load a produce request carries many calls' events, not one call's,
         and nobody waits for a linger."""
-        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        loop = asyncio.get_running_loop()
+        done: asyncio.Future[None] = loop.create_future()
+        # A timer on `done` itself (cheaper than a timeout scope per call): once `done` is
+        # failed, or cancelled with its caller, a round skips it.
+        deadline = loop.call_later(self.timeout_s, _expire, done)
         self._gathering.append((envelopes, done))
         if self._rounds is None or self._rounds.done():
             self._rounds = asyncio.create_task(self._send_rounds(), name="event-log-rounds")
         try:
-            async with asyncio.timeout(self.timeout_s):  # cancels `done`: a round skips it
-                await done
+            await done
         except (KafkaError, TimeoutError, OSError) as exc:
             log.warning("events of %s not acknowledged: %r", envelopes[0].rollout_id, exc)
             await self._renew_if_broken(exc)
             raise EventLogUnavailableError(UNAVAILABLE) from exc
+        finally:
+            deadline.cancel()
 
     async def _send_rounds(self) -> None:
         """Each round's sends are made here, one after another in arrival order, and answered
@@ -163,6 +168,11 @@ class EventLog:
             await asyncio.wait_for(producer.stop(), self.timeout_s)
         except (KafkaError, OSError, TimeoutError):
             log.warning("an old producer did not stop cleanly")
+
+
+def _expire(done: asyncio.Future[None]) -> None:
+    if not done.done():
+        done.set_exception(TimeoutError("no acknowledgement in time"))
 
 
 def _answer_when_delivered(sent: Sequence[asyncio.Future[Any]], done: asyncio.Future[None]) -> None:

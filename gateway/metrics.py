@@ -26,6 +26,10 @@ class GatewayMetrics:
         self.tokens = Counter(
             "forge_gateway_tokens", "Tokens seen by the engine", ["kind"], registry=r
         )
+        # Bound once: a `labels()` lookup takes a lock and checks its values on every call.
+        self.prompt_tokens = self.tokens.labels("prompt")
+        self.new_prompt_tokens = self.tokens.labels("prompt_new")
+        self.completion_tokens = self.tokens.labels("completion")
         self.drift = Counter(
             "forge_gateway_retokenization_drift",
             "Calls whose messages extend an earlier call but whose tokens do not",
@@ -58,6 +62,18 @@ class MetricsMiddleware:
     def __init__(self, app: Any, metrics: GatewayMetrics) -> None:
         self.app = app
         self.metrics = metrics
+        self._series: dict[tuple[str, int], tuple[Any, Any]] = {}
+        """(request counter, latency histogram) children by (route, status), bound once."""
+
+    def _observed(self, endpoint: str, status: int) -> tuple[Any, Any]:
+        series = self._series.get((endpoint, status))
+        if series is None:
+            requests = self.metrics.requests.labels(endpoint, str(status))
+            series = self._series[endpoint, status] = (
+                requests,
+                self.metrics.latency.labels(endpoint),
+            )
+        return series
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] != "http":
@@ -75,6 +91,8 @@ class MetricsMiddleware:
         try:
             await self.app(scope, receive, observed_send)
         finally:
-            endpoint = getattr(scope.get("route"), "path", "unmatched")
-            self.metrics.requests.labels(endpoint, str(status)).inc()
-            self.metrics.latency.labels(endpoint).observe(time.perf_counter() - started)
+            requests, latency = self._observed(
+                getattr(scope.get("route"), "path", "unmatched"), status
+            )
+            requests.inc()
+            latency.observe(time.perf_counter() - started)

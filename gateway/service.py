@@ -197,11 +197,9 @@ class RolloutService:
         produce_started = time.perf_counter()
         await self._append(rollout, recorded.events)
         self.metrics.produce_latency.observe(time.perf_counter() - produce_started)
-        self.metrics.tokens.labels("prompt").inc(int(call.prompt.shape[0]))
-        self.metrics.tokens.labels("prompt_new").inc(int(recorded.delta.new_tokens.shape[0]))
-        self.metrics.tokens.labels("completion").inc(
-            sum(int(g.token_ids.shape[0]) for g in generations)
-        )
+        self.metrics.prompt_tokens.inc(int(call.prompt.shape[0]))
+        self.metrics.new_prompt_tokens.inc(int(recorded.delta.new_tokens.shape[0]))
+        self.metrics.completion_tokens.inc(sum(int(g.token_ids.shape[0]) for g in generations))
         if recorded.delta.drift:
             self.metrics.drift.inc()
         rollout.recent.extend(recorded.parents)

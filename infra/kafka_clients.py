@@ -19,6 +19,7 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka import errors as aiokafka_errors
 from kafka.admin import KafkaAdminClient
 
+from infra.partitioner import RememberingPartitioner
 from schemas import codec
 from schemas.errors import BrokerUnavailableError, SchemaError
 from schemas.records import DeadLetter, Record
@@ -88,7 +89,8 @@ def ensure_topics(bootstrap: str, specs: tuple[TopicSpec, ...], timeout_s: float
 
 def durable_producer(bootstrap: str, **overrides: Any) -> AIOKafkaProducer:
     """An asyncio producer whose acknowledged sends survive a broker restart."""
-    return AIOKafkaProducer(bootstrap_servers=bootstrap, **{**PRODUCER_DURABLE, **overrides})
+    settings = {**PRODUCER_DURABLE, "partitioner": RememberingPartitioner(), **overrides}
+    return AIOKafkaProducer(bootstrap_servers=bootstrap, **settings)
 
 
 def sync_producer(bootstrap: str, **overrides: Any) -> kafka.KafkaProducer:

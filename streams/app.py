@@ -40,6 +40,7 @@ from infra.analytics import analytics_client, ensure_tables
 from infra.config import InfraSettings
 from infra.kafka_clients import BATCH_BYTES, EndOffsets, ensure_topics, topic_partitions
 from infra.metrics_server import StreamsMetrics, serve_metrics
+from infra.partitioner import RememberingPartitioner
 from schemas import codec
 from schemas.records import Envelope, TrainStep
 from schemas.topics import DLQ, EVENTS, MAX_MESSAGE_BYTES, TRAJECTORIES, TopicSpec
@@ -104,6 +105,7 @@ def create_streams_app(
         web_port=settings.web_port,
         producer_max_request_size=MAX_MESSAGE_BYTES,
         producer_max_batch_size=BATCH_BYTES,
+        producer_partitioner=RememberingPartitioner(),
         consumer_max_fetch_size=MAX_MESSAGE_BYTES * 2,
         processing_guarantee="at_least_once",
         # A worker killed with -9 holds its partitions until its session expires.

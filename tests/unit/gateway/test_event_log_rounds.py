@@ -95,6 +95,27 @@ async def test_an_append_whose_caller_stopped_waiting_is_not_sent_in_the_next_ro
     await kept
 
 
+async def test_an_append_unacknowledged_in_time_is_answered_503_and_not_sent_later():
+    log, producer = await started_log()
+    log.timeout_s = 0.05
+    a, b, c = (rollout(r, "g", 1, 0, 0.0, 1.0)[:2] for r in "abc")
+    first = asyncio.create_task(log.append(a))
+    await asyncio.sleep(0.01)
+    waiting = asyncio.create_task(log.append(b))  # for the round in flight, which never ends
+    for call in (first, waiting):
+        with pytest.raises(EventLogUnavailableError):
+            await call
+    log.timeout_s = 5
+    for _, ack in producer.sent:  # the first round's acknowledgements come, too late
+        ack.set_result(None)
+    third = asyncio.create_task(log.append(c))
+    await asyncio.sleep(0.01)
+    assert producer.keys() == [b"a", b"a", b"c", b"c"]  # b, answered 503, was never handed over
+    for _, ack in producer.sent[2:]:
+        ack.set_result(None)
+    await third
+
+
 async def test_a_cancelled_delivery_is_answered_503_not_as_a_cancellation():
     log, producer = await started_log()
     call = asyncio.create_task(log.append(rollout("a", "g", 1, 0, 0.0, 1.0)[:2]))
