@@ -7,11 +7,14 @@ a real Kafka broker (acks=all, idempotent) before replying. The gateway is serve
 entry point (`gateway.server.serve`), start-up settings included. Load comes from wrk (64
 connections = 64 concurrent agents, one rollout each).
 
-    python bench/gateway.py [--duration 15] [--connections 64] [--warmup 5]
+    python bench/gateway.py [--rounds 3] [--duration 5] [--connections 64] [--warmup 5]
     (uses FORGE_KAFKA_BOOTSTRAP, else starts a throwaway local broker)
 
 Each server first gets an untimed wrk run of --warmup seconds: a freshly started broker's JVM
-compiles as it goes, which a long run does not see.
+compiles as it goes, which a long run does not see. Then the two are measured in turns,
+--rounds times --duration seconds each: this machine's speed drifts by a fifth or more over a
+minute, and one long run of each would put that drift into the ratio. Totals are over all
+rounds (latencies: the median of the rounds'), and each round's ratio is shown.
 """
 
 from __future__ import annotations
@@ -177,6 +180,19 @@ def measured(
     return result
 
 
+def combined(rounds: list[dict[str, float]]) -> dict[str, float]:
+    """Several rounds of one server as one: calls and CPU summed, latencies' median."""
+    calls = [r["rps"] for r in rounds]  # equal durations: calls are proportional to rps
+    total = sum(calls)
+    out = {"rps": total / len(rounds), "errors": sum(r["errors"] for r in rounds)}
+    for key in ("p50", "p99"):
+        out[key] = float(np.median([r[key] for r in rounds]))
+    for key in rounds[0]:
+        if key.startswith("cpu "):
+            out[key] = sum(r[key] * c for r, c in zip(rounds, calls, strict=True)) / total
+    return out
+
+
 def watch_peak_rss(pid: int, stop: threading.Event, peak: list[int]) -> None:
     proc = psutil.Process(pid)
     while not stop.is_set():
@@ -188,7 +204,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--duration", type=int, default=15)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--duration", type=int, default=5, help="seconds per server per round")
     parser.add_argument("--connections", type=int, default=64)
     parser.add_argument("--warmup", type=int, default=5, metavar="SECONDS",
                         help="an untimed wrk run of each server first (0: none)")  # fmt: skip
@@ -240,7 +257,8 @@ def main() -> None:
         body = json.dumps({"model": "m", "messages": MESSAGES, "max_tokens": 16})
         headers = {"Content-Type": "application/json", "Authorization": f"Bearer {ADMIN}"}
         console.print(
-            f"wrk: {args.connections} connections, {args.duration}s each, Kafka {bootstrap}"
+            f"wrk: {args.connections} connections, {args.rounds} rounds of {args.duration}s on "
+            f"each server in turn, Kafka {bootstrap}"
         )
         broker_cpu = {} if broker_pid is None else {"broker": broker_pid}
         if args.warmup:
@@ -249,19 +267,25 @@ def main() -> None:
                 run_wrk(f"http://127.0.0.1:{direct_port}", ["/v1/chat/completions"], headers,
                         body, untimed)  # fmt: skip
                 run_wrk(f"http://127.0.0.1:{gw_port}", paths, headers, body, untimed)
-        direct = measured(
-            f"http://127.0.0.1:{direct_port}", ["/v1/chat/completions"], headers, body, args,
-            {"server": procs[0].pid, **broker_cpu},
-        )  # fmt: skip
         stop, peak = threading.Event(), [0]
         watcher = threading.Thread(target=watch_peak_rss, args=(procs[1].pid, stop, peak))
         watcher.start()
-        gateway = measured(
-            f"http://127.0.0.1:{gw_port}", paths, headers, body, args,
-            {"server": procs[1].pid, **broker_cpu},
-        )  # fmt: skip
+        rounds: dict[str, list[dict[str, float]]] = {"direct": [], "gateway": []}
+        for i in range(args.rounds):
+            with console.status(f"round {i + 1} of {args.rounds}: direct, then gateway…"):
+                rounds["direct"].append(measured(
+                    f"http://127.0.0.1:{direct_port}", ["/v1/chat/completions"], headers, body,
+                    args, {"server": procs[0].pid, **broker_cpu},
+                ))  # fmt: skip
+                rounds["gateway"].append(measured(
+                    f"http://127.0.0.1:{gw_port}", paths, headers, body, args,
+                    {"server": procs[1].pid, **broker_cpu},
+                ))  # fmt: skip
+            ratio = rounds["gateway"][-1]["rps"] / rounds["direct"][-1]["rps"]
+            console.print(f"round {i + 1}: gateway/direct {ratio:.2f}")
         stop.set()
         watcher.join()
+        direct, gateway = combined(rounds["direct"]), combined(rounds["gateway"])
         cpu = ["server", "wrk", *broker_cpu]
         table = Table("server", "calls/s", "p50 ms", "p99 ms", "non-2xx",
                       *(f"CPU ms/call: {name}" for name in cpu))  # fmt: skip
