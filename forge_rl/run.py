@@ -8,6 +8,7 @@ import json
 import os
 import secrets
 import shutil
+import signal
 import sys
 import time
 from collections import deque
@@ -88,6 +89,10 @@ def _crash_message(child: Child) -> str:
     )
 
 
+AGENTS_STOP_S = 30.0
+"""After Ctrl-C, how long the episodes running get to kill their agents and close."""
+
+
 class Runner:
     def __init__(
         self,
@@ -114,6 +119,8 @@ class Runner:
         self.state = RunState()
         self.rates: deque[tuple[float, int]] = deque(maxlen=40)
         self.started_broker = False
+        self.interrupted = False
+        """Ctrl-C was pressed: no new episodes, and the run stops."""
 
     # --- start -------------------------------------------------------------------------------
 
@@ -217,9 +224,28 @@ class Runner:
                                    self.launcher(), config, self.logs / "agents.log")  # fmt: skip
         agents = asyncio.create_task(fleet.run(self._should_stop))
         title = f"forge-rl run {self.run_id}"
+        loop = asyncio.get_running_loop()
+        # Ctrl-C as a flag the loops below read, not as asyncio.run's single cancellation of
+        # this task: under load that cancellation was once lost, and the run went on starting
+        # agents after Ctrl-C.
+        loop.add_signal_handler(signal.SIGINT, self._interrupt, agents)
+        try:
+            await self._watch(agents, watch, title)
+        finally:
+            loop.remove_signal_handler(signal.SIGINT)
+
+    def _interrupt(self, agents: asyncio.Task[None]) -> None:
+        self.interrupted = True  # the fleet starts no more episodes
+        agents.cancel()  # and stops those running (their agents are killed)
+
+    async def _watch(self, agents: asyncio.Task[None], watch: PipelineWatch, title: str) -> None:
+        s = self.settings
         with progress_display(self.console, title, s.progress_interval_s) as display:
             async with httpx.AsyncClient(base_url=self.gateway_url, timeout=5) as http:
                 while not agents.done():
+                    if self.interrupted:
+                        await asyncio.wait({agents}, timeout=AGENTS_STOP_S)
+                        raise KeyboardInterrupt
                     assert self.supervisor is not None
                     for child in self.supervisor.exited():
                         agents.cancel()
@@ -229,6 +255,8 @@ class Runner:
                     display.show(self.progress(watch))
                     await asyncio.wait({agents}, timeout=0.5)
             display.show(self.progress(watch))
+        if self.interrupted:
+            raise KeyboardInterrupt
         agents.result()
 
     async def _poll_version(self, http: httpx.AsyncClient) -> None:
@@ -243,6 +271,8 @@ class Runner:
     def _should_stop(self) -> bool:
         s, fleet = self.settings, self.fleet
         assert fleet is not None
+        if self.interrupted:
+            return True
         if time.monotonic() - self.state.started >= s.duration_s:
             return True
         if s.max_rollouts is not None and len(fleet.episodes) + fleet.in_flight >= s.max_rollouts:
