@@ -245,7 +245,7 @@ class Runner:
                 while not agents.done():
                     if self.interrupted:
                         await asyncio.wait({agents}, timeout=AGENTS_STOP_S)
-                        raise KeyboardInterrupt
+                        break
                     assert self.supervisor is not None
                     for child in self.supervisor.exited():
                         agents.cancel()
