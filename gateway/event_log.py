@@ -11,14 +11,19 @@ from aiokafka import AIOKafkaProducer
 from aiokafka.errors import (
     InvalidProducerEpoch,
     KafkaError,
+    MessageSizeTooLargeError,
     OutOfOrderSequenceNumber,
     UnknownProducerId,
 )
+from aiokafka.producer.message_accumulator import BatchBuilder
+from aiokafka.record.default_records import DefaultRecordBatchBuilder
 
 from gateway.errors import EventLogUnavailableError
 from infra.kafka_clients import durable_producer
+from infra.partitioner import RememberingPartitioner
 from schemas import codec
 from schemas.records import Envelope, QueueEntry
+from schemas.topics import MAX_MESSAGE_BYTES
 
 log = logging.getLogger(__name__)
 BROKEN_PRODUCER = (OutOfOrderSequenceNumber, UnknownProducerId, InvalidProducerEpoch)
@@ -45,6 +50,8 @@ class EventLog:
         self.queue_topic = queue_topic
         self.timeout_s = timeout_s
         self.bootstrap = bootstrap
+        self._partitioner = RememberingPartitioner()
+        """The producer's own rule (``durable_producer``): a rollout's events on one partition."""
 
     def _new_producer(self) -> AIOKafkaProducer:
         return durable_producer(
@@ -97,7 +104,7 @@ class EventLog:
     async def append(self, envelopes: Sequence[Envelope]) -> None:
         """Store events (all of one rollout) or raise; returns once all are acknowledged.
 
-        The whole of it is bounded: a full producer buffer waits inside ``send`` too. Appends
+        The whole of it is bounded: a full producer buffer waits inside the round too. Appends
         are handed to the producer in rounds: one alone goes at once, and those that arrive
         while a round waits for its acknowledgements go together in the next (a group
         commit): under load a produce request carries many calls' events, not one call's,
@@ -120,28 +127,41 @@ class EventLog:
             deadline.cancel()
 
     async def _send_rounds(self) -> None:
-        """Each round's sends are made here, one after another in arrival order, and answered
-        by callbacks on their deliveries: no task or gather per call."""
+        """Rounds until nothing is gathering. Each round's appends still waited for are sent as
+        one produce batch per partition, and each is answered by callbacks on its batches'
+        deliveries: no task, gather or per-record future per call (aiokafka's ``send`` costs
+        about 10 µs of CPU a record, a batch about 4)."""
         while self._gathering:
-            batch, self._gathering = self._gathering, []
-            deliveries: list[asyncio.Future[Any]] = []
-            for envelopes, done in batch:
-                if done.done():  # its caller stopped waiting (timed out, or gone)
-                    continue
-                sent: list[asyncio.Future[Any]] = []
-                try:
-                    for env in envelopes:
-                        key = env.rollout_id.encode()
-                        sent.append(
-                            await self.producer.send(self.events_topic, codec.encode(env), key=key)
-                        )
-                except Exception as exc:  # handed to the appender, never lost in this task
-                    if not done.done():
-                        done.set_exception(exc)
-                _answer_when_delivered(sent, done)  # those sent before a failure: waited for too
-                deliveries.extend(sent)
+            gathered, self._gathering = self._gathering, []
+            appends = [(envelopes, done) for envelopes, done in gathered if not done.done()]
+            deliveries = await self._send_round(appends) if appends else set()
             if deliveries:
                 await asyncio.wait(deliveries)
+
+    async def _send_round(
+        self, appends: Sequence[tuple[Sequence[Envelope], asyncio.Future[None]]]
+    ) -> set[asyncio.Future[Any]]:
+        """Send the round's records; returns the batches' deliveries."""
+        producer = self.producer
+        try:
+            partitions = sorted(await producer.partitions_for(self.events_topic))
+        except Exception as exc:  # handed to the appenders, never lost in this task
+            for _, done in appends:
+                _fail(done, exc)
+            return set()
+        batches = _RoundBatches(producer, self.events_topic)
+        for envelopes, done in appends:
+            try:
+                records = [_record(env) for env in envelopes]
+            except Exception as exc:  # e.g. a record over the size limit: its caller's alone
+                _fail(done, exc)
+                continue
+            if not records:
+                done.set_result(None)
+            for key, value in records:
+                partition = self._partitioner(key, partitions, partitions)
+                await batches.add(partition, key, value, done)
+        return await batches.send_all()
 
     async def _renew_if_broken(self, exc: BaseException) -> None:
         """After a broker restart the idempotent producer's sequence numbers can have a gap the
@@ -173,6 +193,65 @@ class EventLog:
 def _expire(done: asyncio.Future[None]) -> None:
     if not done.done():
         done.set_exception(TimeoutError("no acknowledgement in time"))
+
+
+def _fail(done: asyncio.Future[None], exc: BaseException) -> None:
+    if not done.done():
+        done.set_exception(exc)
+
+
+def _record(envelope: Envelope) -> tuple[bytes, bytes]:
+    """An envelope's key and value. One over the producer's request size is refused here, as
+    ``send`` refuses it: in a batch the broker would refuse every call's records with it."""
+    key, value = envelope.rollout_id.encode(), codec.encode(envelope)
+    size = DefaultRecordBatchBuilder.estimate_size_in_bytes(key, value, [])
+    if size > MAX_MESSAGE_BYTES:
+        raise MessageSizeTooLargeError(f"an event of {size} bytes exceeds {MAX_MESSAGE_BYTES}")
+    return key, value
+
+
+class _RoundBatches:
+    """One round's open batch per partition, and who waits on each batch sent."""
+
+    def __init__(self, producer: AIOKafkaProducer, topic: str) -> None:
+        self.producer = producer
+        self.topic = topic
+        self._open: dict[int, tuple[BatchBuilder, list[asyncio.Future[None]]]] = {}
+        self._waits: dict[asyncio.Future[None], list[asyncio.Future[Any]]] = {}
+
+    async def add(
+        self, partition: int, key: bytes, value: bytes, done: asyncio.Future[None]
+    ) -> None:
+        builder, members = self._open.get(partition) or self._opened(partition)
+        if builder.append(key=key, value=value, timestamp=None) is None:  # full: send it
+            await self._send(partition)
+            builder, members = self._opened(partition)
+            builder.append(key=key, value=value, timestamp=None)  # an empty batch takes one
+        if not members or members[-1] is not done:
+            members.append(done)
+
+    async def send_all(self) -> set[asyncio.Future[Any]]:
+        """Send the batches still open; returns every delivery of the round."""
+        for partition in list(self._open):
+            await self._send(partition)
+        for done, deliveries in self._waits.items():
+            _answer_when_delivered(deliveries, done)
+        return {d for deliveries in self._waits.values() for d in deliveries}
+
+    def _opened(self, partition: int) -> tuple[BatchBuilder, list[asyncio.Future[None]]]:
+        self._open[partition] = (self.producer.create_batch(), [])
+        return self._open[partition]
+
+    async def _send(self, partition: int) -> None:
+        builder, members = self._open.pop(partition)
+        try:
+            delivery = await self.producer.send_batch(builder, self.topic, partition=partition)
+        except Exception as exc:  # handed to the appenders, never lost in this task
+            for done in members:
+                _fail(done, exc)
+            return
+        for done in members:
+            self._waits.setdefault(done, []).append(delivery)
 
 
 def _answer_when_delivered(sent: Sequence[asyncio.Future[Any]], done: asyncio.Future[None]) -> None:

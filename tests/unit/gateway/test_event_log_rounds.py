@@ -1,6 +1,7 @@
 """The event log hands appends to the producer in rounds (a group commit): one alone goes at
-once; those arriving while a round waits for its acknowledgements go together next; each
-caller is answered by its own acknowledgements, a failed one failing only its caller."""
+once; those arriving while a round waits for its acknowledgements go together next, one batch
+per partition; each caller is answered by its own batches' acknowledgements, a failed batch
+failing only the callers whose events it held."""
 
 from __future__ import annotations
 
@@ -10,17 +11,36 @@ from typing import Any
 import pytest
 from aiokafka.errors import KafkaConnectionError, OutOfOrderSequenceNumber
 
+from gateway import event_log
 from gateway.errors import EventLogUnavailableError
 from gateway.event_log import EventLog
+from schemas.records import Envelope
 from tests.unit.streams.test_pipeline import rollout
 
 
-class HeldProducer:
-    """Records each send; its acknowledgements come when the test says."""
+class HeldBatch:
+    """A batch builder that takes ``capacity`` records."""
 
-    def __init__(self, refuse_after: int | None = None) -> None:
-        self.sent: list[tuple[bytes, asyncio.Future[Any]]] = []
-        self.refuse_after = refuse_after
+    def __init__(self, capacity: int) -> None:
+        self.keys: list[bytes] = []
+        self.capacity = capacity
+
+    def append(self, *, key: bytes, value: bytes, timestamp: None) -> object | None:
+        if len(self.keys) >= self.capacity:
+            return None
+        self.keys.append(key)
+        return object()
+
+
+class HeldProducer:
+    """Records each batch sent (Kafka's unit of delivery: its records succeed or fail together);
+    their acknowledgements come when the test says. Keys a, b (partition 0 of 4) and c (2)."""
+
+    def __init__(self, capacity: int = 100) -> None:
+        self.sent: list[tuple[int, list[bytes], asyncio.Future[Any]]] = []
+        self.capacity = capacity
+        self.refuse = 0
+        """Batches still to refuse."""
         self.started = asyncio.Event()
         self.may_start = asyncio.Event()
         self.stopped = False
@@ -32,15 +52,26 @@ class HeldProducer:
     async def stop(self) -> None:
         self.stopped = True
 
-    async def send(self, topic: str, value: bytes, key: bytes) -> asyncio.Future[Any]:
-        if self.refuse_after is not None and len(self.sent) >= self.refuse_after:
+    async def partitions_for(self, topic: str) -> set[int]:
+        return {0, 1, 2, 3}
+
+    def create_batch(self) -> HeldBatch:
+        return HeldBatch(self.capacity)
+
+    async def send_batch(self, batch: HeldBatch, topic: str, *, partition: int) -> Any:
+        if self.refuse:
+            self.refuse -= 1
             raise KafkaConnectionError("buffer gone")
         ack: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
-        self.sent.append((key, ack))
+        self.sent.append((partition, batch.keys, ack))
         return ack
 
     def keys(self) -> list[bytes]:
-        return [key for key, _ in self.sent]
+        return [key for _, keys, _ in self.sent for key in keys]
+
+    def acknowledge(self, first: int = 0) -> None:
+        for _, _, ack in self.sent[first:]:
+            ack.set_result(None)
 
 
 async def started_log() -> tuple[EventLog, HeldProducer]:
@@ -53,52 +84,70 @@ async def started_log() -> tuple[EventLog, HeldProducer]:
     return log, producer
 
 
+def calls(*rollout_ids: str) -> list[list[Envelope]]:
+    """Each rollout's first two events: what one append of a call carries."""
+    return [rollout(r, "g", 1, 0, 0.0, 1.0)[:2] for r in rollout_ids]
+
+
 async def test_appends_arriving_during_a_round_go_together_in_the_next():
     log, producer = await started_log()
-    a, b, c = (rollout(r, "g", 1, 0, 0.0, 1.0)[:2] for r in "abc")
+    a, b, c = calls("a", "b", "c")
     first = asyncio.create_task(log.append(a))
     await asyncio.sleep(0.01)
     assert producer.keys() == [b"a", b"a"]  # alone: handed over at once
     later = [asyncio.create_task(log.append(x)) for x in (b, c)]
     await asyncio.sleep(0.01)
     assert producer.keys() == [b"a", b"a"]  # waiting for the round in flight
-    for _, ack in producer.sent:
-        ack.set_result(None)
+    producer.acknowledge()
     await first
     await asyncio.sleep(0.01)
-    assert producer.keys()[2:] == [b"b", b"b", b"c", b"c"]  # the next round: both together
-    for key, ack in producer.sent[2:]:
-        if key == b"b":
-            ack.set_exception(KafkaConnectionError("lost"))
-        else:
-            ack.set_result(None)
+    # the next round: both together, one batch per partition, a rollout's events in order
+    assert [(p, keys) for p, keys, _ in producer.sent[1:]] == [(0, [b"b", b"b"]), (2, [b"c", b"c"])]
+    producer.sent[1][2].set_exception(KafkaConnectionError("lost"))
+    producer.sent[2][2].set_result(None)
     with pytest.raises(EventLogUnavailableError):
         await later[0]
-    await later[1]  # its neighbour's failure is not its own
+    await later[1]  # a failed batch of another partition is not its failure
+
+
+async def test_a_full_batch_is_sent_at_once_and_answers_only_its_own_calls():
+    log, producer = await started_log()
+    producer.capacity = 2
+    a, b, d = calls("a", "b", "a")  # all on partition 0
+    first = asyncio.create_task(log.append(a))
+    await asyncio.sleep(0.01)
+    second, third = asyncio.create_task(log.append(b)), asyncio.create_task(log.append(d))
+    producer.acknowledge()
+    await first
+    await asyncio.sleep(0.01)
+    assert [keys for _, keys, _ in producer.sent[1:]] == [[b"b", b"b"], [b"a", b"a"]]
+    producer.sent[1][2].set_result(None)
+    await second
+    assert not third.done()  # its own batch is not acknowledged yet
+    producer.sent[2][2].set_result(None)
+    await third
 
 
 async def test_an_append_whose_caller_stopped_waiting_is_not_sent_in_the_next_round():
     log, producer = await started_log()
-    a, b, c = (rollout(r, "g", 1, 0, 0.0, 1.0)[:2] for r in "abc")
+    a, b, c = calls("a", "b", "c")
     first = asyncio.create_task(log.append(a))
     await asyncio.sleep(0.01)
     gone, kept = asyncio.create_task(log.append(b)), asyncio.create_task(log.append(c))
     await asyncio.sleep(0.01)
     gone.cancel()  # e.g. the agent disconnected while its call waited for the next round
-    for _, ack in producer.sent:
-        ack.set_result(None)
+    producer.acknowledge()
     await first
     await asyncio.sleep(0.01)
     assert producer.keys()[2:] == [b"c", b"c"]
-    for _, ack in producer.sent[2:]:
-        ack.set_result(None)
+    producer.acknowledge(1)
     await kept
 
 
 async def test_an_append_unacknowledged_in_time_is_answered_503_and_not_sent_later():
     log, producer = await started_log()
     log.timeout_s = 0.05
-    a, b, c = (rollout(r, "g", 1, 0, 0.0, 1.0)[:2] for r in "abc")
+    a, b, c = calls("a", "b", "c")
     first = asyncio.create_task(log.append(a))
     await asyncio.sleep(0.01)
     waiting = asyncio.create_task(log.append(b))  # for the round in flight, which never ends
@@ -106,21 +155,20 @@ async def test_an_append_unacknowledged_in_time_is_answered_503_and_not_sent_lat
         with pytest.raises(EventLogUnavailableError):
             await call
     log.timeout_s = 5
-    for _, ack in producer.sent:  # the first round's acknowledgements come, too late
-        ack.set_result(None)
+    producer.acknowledge()  # the first round's acknowledgement comes, too late
     third = asyncio.create_task(log.append(c))
     await asyncio.sleep(0.01)
     assert producer.keys() == [b"a", b"a", b"c", b"c"]  # b, answered 503, was never handed over
-    for _, ack in producer.sent[2:]:
-        ack.set_result(None)
+    producer.acknowledge(1)
     await third
 
 
 async def test_a_cancelled_delivery_is_answered_503_not_as_a_cancellation():
     log, producer = await started_log()
-    call = asyncio.create_task(log.append(rollout("a", "g", 1, 0, 0.0, 1.0)[:2]))
+    (a,) = calls("a")
+    call = asyncio.create_task(log.append(a))
     await asyncio.sleep(0.01)
-    producer.sent[0][1].cancel()
+    producer.sent[0][2].cancel()
     with pytest.raises(EventLogUnavailableError):
         await call
 
@@ -131,24 +179,36 @@ async def test_an_append_of_nothing_is_answered_at_once():
     assert producer.sent == []
 
 
-async def test_a_send_refused_midway_fails_its_caller_and_what_was_sent_is_still_waited_for():
+async def test_a_batch_the_producer_refuses_fails_its_calls_and_the_round_goes_on():
     log, producer = await started_log()
-    producer.refuse_after = 1  # the first call's second event is refused
-    a, b = (rollout(r, "g", 1, 0, 0.0, 1.0)[:2] for r in "ab")
+    a, b, c = calls("a", "b", "c")
     first = asyncio.create_task(log.append(a))
     await asyncio.sleep(0.01)
+    producer.refuse = 1  # the next round's first batch (partition 0: b) is refused
+    refused, other = asyncio.create_task(log.append(b)), asyncio.create_task(log.append(c))
+    producer.acknowledge()
+    await first
     with pytest.raises(EventLogUnavailableError):
-        await first
-    producer.refuse_after = None
-    second = asyncio.create_task(log.append(b))
+        await refused
+    assert producer.keys()[2:] == [b"c", b"c"]  # partition 2's batch was still handed over
+    producer.acknowledge(1)
+    await other
+
+
+async def test_an_event_over_the_size_limit_fails_its_call_alone(monkeypatch):
+    monkeypatch.setattr(event_log, "MAX_MESSAGE_BYTES", 2_000)
+    log, producer = await started_log()
+    a, big, c = calls("a", "b" * 3_000, "c")
+    first = asyncio.create_task(log.append(a))
     await asyncio.sleep(0.01)
-    assert producer.keys() == [b"a"]  # the round waits for what it did send of the failed call
-    producer.sent[0][1].set_result(None)
-    await asyncio.sleep(0.01)
-    for _, ack in producer.sent[1:]:
-        ack.set_result(None)
-    await second
-    assert producer.keys() == [b"a", b"b", b"b"]
+    refused, other = asyncio.create_task(log.append(big)), asyncio.create_task(log.append(c))
+    producer.acknowledge()
+    await first
+    with pytest.raises(EventLogUnavailableError):
+        await refused  # refused before any of its events was handed over
+    assert producer.keys()[2:] == [b"c", b"c"]
+    producer.acknowledge(1)
+    await other
 
 
 async def test_a_renewed_producer_takes_sends_only_once_it_has_started():
