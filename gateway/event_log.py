@@ -19,7 +19,7 @@ from aiokafka.producer.message_accumulator import BatchBuilder
 from aiokafka.record.default_records import DefaultRecordBatchBuilder
 
 from gateway.errors import EventLogUnavailableError
-from infra.kafka_clients import durable_producer
+from infra.kafka_clients import BATCH_BYTES, durable_producer
 from infra.partitioner import RememberingPartitioner
 from schemas import codec
 from schemas.records import Envelope, QueueEntry
@@ -57,6 +57,7 @@ class EventLog:
         return durable_producer(
             self.bootstrap,
             linger_ms=0,
+            max_batch_size=BATCH_BYTES,
             request_timeout_ms=int(self.timeout_s * 1000),
             client_id="forge-gateway",
         )
@@ -109,6 +110,8 @@ class EventLog:
         while a round waits for its acknowledgements go together in the next (a group
         commit): under load a produce request carries many calls' events, not one call's,
         and nobody waits for a linger."""
+        if not envelopes:
+            return
         loop = asyncio.get_running_loop()
         done: asyncio.Future[None] = loop.create_future()
         # A timer on `done` itself (cheaper than a timeout scope per call): once `done` is
@@ -128,9 +131,9 @@ class EventLog:
 
     async def _send_rounds(self) -> None:
         """Rounds until nothing is gathering. Each round's appends still waited for are sent as
-        one produce batch per partition, and each is answered by callbacks on its batches'
-        deliveries: no task, gather or per-record future per call (aiokafka's ``send`` costs
-        about 10 µs of CPU a record, a batch about 4)."""
+        one produce batch per partition (up to ``BATCH_BYTES``), and each is answered by
+        callbacks on its batches' deliveries: no task, gather or per-record future per call
+        (aiokafka's ``send`` costs about 10 µs of CPU a record, a batch about 4)."""
         while self._gathering:
             gathered, self._gathering = self._gathering, []
             appends = [(envelopes, done) for envelopes, done in gathered if not done.done()]
@@ -147,20 +150,17 @@ class EventLog:
             partitions = sorted(await producer.partitions_for(self.events_topic))
         except Exception as exc:  # handed to the appenders, never lost in this task
             for _, done in appends:
-                _fail(done, exc)
+                _fail(done, _unavailable(exc))
             return set()
         batches = _RoundBatches(producer, self.events_topic)
         for envelopes, done in appends:
-            try:
+            try:  # every record of the call checked before any is handed over
                 records = [_record(env) for env in envelopes]
+                for key, value in records:
+                    partition = self._partitioner(key, partitions, partitions)
+                    await batches.add(partition, key, value, done)
             except Exception as exc:  # e.g. a record over the size limit: its caller's alone
                 _fail(done, exc)
-                continue
-            if not records:
-                done.set_result(None)
-            for key, value in records:
-                partition = self._partitioner(key, partitions, partitions)
-                await batches.add(partition, key, value, done)
         return await batches.send_all()
 
     async def _renew_if_broken(self, exc: BaseException) -> None:
@@ -200,9 +200,15 @@ def _fail(done: asyncio.Future[None], exc: BaseException) -> None:
         done.set_exception(exc)
 
 
+def _unavailable(exc: Exception) -> Exception:
+    """What the producer raised, as an error the appender answers 503 (aiokafka also raises
+    assertions, e.g. for a partition missing from its metadata)."""
+    return exc if isinstance(exc, KafkaError | OSError) else KafkaError(repr(exc))
+
+
 def _record(envelope: Envelope) -> tuple[bytes, bytes]:
-    """An envelope's key and value. One over the producer's request size is refused here, as
-    ``send`` refuses it: in a batch the broker would refuse every call's records with it."""
+    """An envelope's key and value; one over the producer's request size is refused, as
+    ``send`` refuses it."""
     key, value = envelope.rollout_id.encode(), codec.encode(envelope)
     size = DefaultRecordBatchBuilder.estimate_size_in_bytes(key, value, [])
     if size > MAX_MESSAGE_BYTES:
@@ -248,7 +254,7 @@ class _RoundBatches:
             delivery = await self.producer.send_batch(builder, self.topic, partition=partition)
         except Exception as exc:  # handed to the appenders, never lost in this task
             for done in members:
-                _fail(done, exc)
+                _fail(done, _unavailable(exc))
             return
         for done in members:
             self._waits.setdefault(done, []).append(delivery)

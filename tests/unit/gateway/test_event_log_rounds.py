@@ -6,29 +6,35 @@ failing only the callers whose events it held."""
 from __future__ import annotations
 
 import asyncio
+from dataclasses import replace
 from typing import Any
 
+import numpy as np
 import pytest
 from aiokafka.errors import KafkaConnectionError, OutOfOrderSequenceNumber
 
 from gateway import event_log
 from gateway.errors import EventLogUnavailableError
 from gateway.event_log import EventLog
-from schemas.records import Envelope
+from schemas import codec
+from schemas.records import Envelope, ModelRequest
 from tests.unit.streams.test_pipeline import rollout
 
 
 class HeldBatch:
-    """A batch builder that takes ``capacity`` records."""
+    """A batch builder of ``capacity`` bytes that, like aiokafka's, takes any one record when
+    empty."""
 
     def __init__(self, capacity: int) -> None:
         self.keys: list[bytes] = []
         self.capacity = capacity
+        self.size = 0
 
     def append(self, *, key: bytes, value: bytes, timestamp: None) -> object | None:
-        if len(self.keys) >= self.capacity:
+        if self.keys and self.size + len(key) + len(value) > self.capacity:
             return None
         self.keys.append(key)
+        self.size += len(key) + len(value)
         return object()
 
 
@@ -36,11 +42,12 @@ class HeldProducer:
     """Records each batch sent (Kafka's unit of delivery: its records succeed or fail together);
     their acknowledgements come when the test says. Keys a, b (partition 0 of 4) and c (2)."""
 
-    def __init__(self, capacity: int = 100) -> None:
+    def __init__(self, capacity: int = 1 << 20) -> None:
         self.sent: list[tuple[int, list[bytes], asyncio.Future[Any]]] = []
         self.capacity = capacity
-        self.refuse = 0
-        """Batches still to refuse."""
+        self.refuse: set[int] = set()
+        """Which batches to refuse, counted from 0 in the order they are handed over."""
+        self.handed_over = 0
         self.started = asyncio.Event()
         self.may_start = asyncio.Event()
         self.stopped = False
@@ -59,8 +66,8 @@ class HeldProducer:
         return HeldBatch(self.capacity)
 
     async def send_batch(self, batch: HeldBatch, topic: str, *, partition: int) -> Any:
-        if self.refuse:
-            self.refuse -= 1
+        self.handed_over += 1
+        if self.handed_over - 1 in self.refuse:
             raise KafkaConnectionError("buffer gone")
         ack: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         self.sent.append((partition, batch.keys, ack))
@@ -112,7 +119,7 @@ async def test_appends_arriving_during_a_round_go_together_in_the_next():
 
 async def test_a_full_batch_is_sent_at_once_and_answers_only_its_own_calls():
     log, producer = await started_log()
-    producer.capacity = 2
+    producer.capacity = sum(len(e.rollout_id) + len(codec.encode(e)) for e in calls("a")[0])
     a, b, d = calls("a", "b", "a")  # all on partition 0
     first = asyncio.create_task(log.append(a))
     await asyncio.sleep(0.01)
@@ -184,7 +191,7 @@ async def test_a_batch_the_producer_refuses_fails_its_calls_and_the_round_goes_o
     a, b, c = calls("a", "b", "c")
     first = asyncio.create_task(log.append(a))
     await asyncio.sleep(0.01)
-    producer.refuse = 1  # the next round's first batch (partition 0: b) is refused
+    producer.refuse = {1}  # the next round's first batch (partition 0: b) is refused
     refused, other = asyncio.create_task(log.append(b)), asyncio.create_task(log.append(c))
     producer.acknowledge()
     await first
@@ -195,18 +202,41 @@ async def test_a_batch_the_producer_refuses_fails_its_calls_and_the_round_goes_o
     await other
 
 
+async def test_a_call_whose_later_batch_is_refused_fails_and_its_sent_batch_is_waited_for():
+    log, producer = await started_log()
+    producer.capacity = 1  # one record a batch: the call's two events go in two batches
+    producer.refuse = {1}  # the call's second batch
+    a, b = calls("a", "b")
+    first = asyncio.create_task(log.append(a))
+    await asyncio.sleep(0.01)
+    assert [keys for _, keys, _ in producer.sent] == [[b"a"]]  # its first batch went
+    with pytest.raises(EventLogUnavailableError):
+        await first
+    second = asyncio.create_task(log.append(b))
+    await asyncio.sleep(0.01)
+    assert producer.keys() == [b"a"]  # the round waits for what it did send of the failed call
+    producer.acknowledge()
+    await asyncio.sleep(0.01)
+    producer.acknowledge(1)
+    await second
+    assert producer.keys() == [b"a", b"b", b"b"]
+
+
 async def test_an_event_over_the_size_limit_fails_its_call_alone(monkeypatch):
     monkeypatch.setattr(event_log, "MAX_MESSAGE_BYTES", 2_000)
     log, producer = await started_log()
-    a, big, c = calls("a", "b" * 3_000, "c")
+    a, big, c = calls("a", "b", "c")
+    request = big[1].payload
+    assert isinstance(request, ModelRequest)  # the call's second event, its first is small
+    big[1] = replace(big[1], payload=replace(request, prompt_token_ids=np.zeros(1_000, np.int32)))
     first = asyncio.create_task(log.append(a))
     await asyncio.sleep(0.01)
     refused, other = asyncio.create_task(log.append(big)), asyncio.create_task(log.append(c))
     producer.acknowledge()
     await first
     with pytest.raises(EventLogUnavailableError):
-        await refused  # refused before any of its events was handed over
-    assert producer.keys()[2:] == [b"c", b"c"]
+        await refused
+    assert producer.keys()[2:] == [b"c", b"c"]  # nothing of the refused call was handed over
     producer.acknowledge(1)
     await other
 
