@@ -189,6 +189,8 @@ for version, precision in ((1, "fp32"), (2, "bf16")):
     torch.save(logits, home / f"logits-v{version}.pt")
     out[version] = {"applied": applied, "dtype": str(logits.dtype)}
 print("RESULTS" + json.dumps(out))
+from trainer.distributed import end_process_group
+end_process_group()  # not left to the exit: see test_distributed.ENDED_AS_TRAINING_ENDS
 """
 
 LOAD = """
