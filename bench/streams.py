@@ -4,8 +4,9 @@ Side by side on the same events: the pure pipeline in process (decode, assemble,
 windowed FIFO); `forge-rl replay` through the real broker; and the live Faust worker
 (`forge-rl streams`, sink on) working through a backlog of --rollouts on forge.events,
 timed by record timestamps from its first rollout's bundle (sent once that rollout's events
-are read) to its last trajectory, so the worker's start-up is not counted but all its work
-is — one worker, then
+are read) to its last ordered sample on forge.train (the replay's timing ends there too), so
+the worker's start-up is not counted but all its work is, the sequencer's included — one
+worker, then
 two in one group (each with its own embedded analytics store; the bench's broker waits 3 s
 for a new group's members, as Kafka does by default) on a fresh copy of the backlog;
 then the live/replay ratios. Before anything is timed, --warmup rollouts go untimed through
@@ -31,7 +32,7 @@ import tempfile
 import time
 import uuid
 from collections.abc import Callable
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -183,25 +184,38 @@ def caught_up(bootstrap: str, app_id: str) -> bool:
 
 
 def replay_seconds(bootstrap: str, rollouts: int, rng: np.random.Generator,
-                   calls: int) -> tuple[int, float]:  # fmt: skip
-    """(events, seconds) of `forge-rl replay`'s pipeline over a fresh log of ``rollouts``."""
+                   calls: int) -> tuple[int, float, float]:  # fmt: skip
+    """(events, seconds, CPU seconds) of `forge-rl replay`'s pipeline over a fresh log of
+    ``rollouts``."""
     topics = fresh_topics(bootstrap, "replay")
     count = produce(bootstrap, topics, 0, rollouts, finished=True, rng=rng, calls=calls)
     sources = ReplaySources(*(replace(s, name=topics[s.name]) for s in (EVENTS, QUEUE, POLICY)))
-    started = time.perf_counter()
+    started, cpu = time.perf_counter(), time.process_time()
     replay = run_replay(bootstrap, LogRange(), topics["train"], PipelineConfig(window=None),
                         sources=sources)  # fmt: skip
-    elapsed = time.perf_counter() - started
+    elapsed, cpu = time.perf_counter() - started, time.process_time() - cpu
     assert len(replay.samples) == rollouts
-    return count, elapsed
+    return count, elapsed, cpu
+
+
+@dataclass(frozen=True)
+class LiveRun:
+    events: int
+    seconds: float
+    """From the first bundle to the last sample on forge.train."""
+    to_trajectories: float
+    """From the first bundle to the last trajectory: the sequencer's work and wait left out."""
+    cpu_s: float
+    """The workers' CPU from the first bundle to the last sample."""
+    peak_rss_mb: float
 
 
 def live_worker_rate(bootstrap: str, home: Path, rollouts: int, rng: np.random.Generator,
                      calls: int, workers: int = 1,
-                     timeline: Path | None = None) -> tuple[int, float, float, float]:  # fmt: skip
-    """(events, seconds, events/s, peak RSS MiB of all) of ``workers`` workers in one group
-    working through a backlog, timed from the first bundle the workers send to the last
-    trajectory; with ``timeline``, a plot of both per half second and the workers' CPU."""
+                     timeline: Path | None = None) -> LiveRun:  # fmt: skip
+    """``workers`` workers in one group working through a backlog, timed from the first
+    bundle the workers send to the last sample on forge.train; with ``timeline``, a plot of
+    the three per half second and the workers' CPU."""
     topics = fresh_topics(bootstrap, f"live{workers}")
     sent = produce(bootstrap, topics, 0, rollouts, finished=True, rng=rng, calls=calls)
     app_id = f"bench-{uuid.uuid4().hex[:8]}"
@@ -212,12 +226,17 @@ def live_worker_rate(bootstrap: str, home: Path, rollouts: int, rng: np.random.G
     # End offsets only, from one consumer: reading the records, or a new consumer each time
     # (~40 ms of CPU), would load the machine measured.
     watch = KafkaConsumer(bootstrap_servers=bootstrap)
+    samples = SampleWatch(bootstrap, topics["train"])
     try:
         deadline = time.monotonic() + 600
         while True:
             peak = max(peak, sum(_tree_rss_mb(w.pid) for w in group))
             cpu.append((time.time(), sum(_tree_cpu_s(w.pid) for w in group)))
-            if _written(watch, topics[TRAJECTORIES.name]) >= rollouts:
+            # forge.train is read only once every trajectory is written: the sequencer's tail.
+            if _written(watch, topics[TRAJECTORIES.name]) >= rollouts and (
+                len(samples.read()) >= rollouts
+            ):
+                cpu.append((time.time(), sum(_tree_cpu_s(w.pid) for w in group)))  # past the last
                 break
             for worker in group:
                 assert worker.poll() is None, f"a worker exited: see {home}/rate*/worker.log"
@@ -225,32 +244,61 @@ def live_worker_rate(bootstrap: str, home: Path, rollouts: int, rng: np.random.G
             time.sleep(0.5)
     finally:
         watch.close()
+        samples.close()
         for worker in group:
             worker.send_signal(signal.SIGTERM)
         for worker in group:
             worker.wait(60)
     times = record_times(bootstrap, topics[TRAJECTORIES.name])
     bundle_times = [r.timestamp / 1000 for r in records(bootstrap, ended_topic(app_id)) if r.value]
-    first_write = min(bundle_times)
-    span = max(times) - first_write
+    first_write, last_sample = min(bundle_times), max(samples.times)
     if timeline is not None:
-        draw_timeline(timeline, first_write, bundle_times, times, cpu, workers)
-    return sent, span, sent / span, peak
+        draw_timeline(timeline, first_write, bundle_times, times, samples.times, cpu, workers)
+    walls, used = zip(*cpu, strict=True)
+    cpu_s = float(np.diff(np.interp([first_write, last_sample], walls, used))[0])
+    return LiveRun(sent, last_sample - first_write, max(times) - first_write, cpu_s, peak)
+
+
+class SampleWatch:
+    """forge.train as a trainer reads it (read_committed), each record read once as it grows:
+    its record timestamps."""
+
+    def __init__(self, bootstrap: str, topic: str) -> None:
+        self.consumer = KafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False,
+                                      isolation_level="read_committed")  # fmt: skip
+        self.topic = topic
+        self.times: list[float] = []
+
+    def read(self) -> list[float]:
+        if not self.consumer.assignment():
+            found = self.consumer.partitions_for_topic(self.topic)
+            if not found:
+                return self.times  # not known to this consumer yet
+            self.consumer.assign([TopicPartition(self.topic, p) for p in found])
+            self.consumer.seek_to_beginning()
+        while batches := self.consumer.poll(timeout_ms=200, max_records=5000):
+            self.times += [r.timestamp / 1000 for batch in batches.values() for r in batch]
+        return self.times
+
+    def close(self) -> None:
+        self.consumer.close()
 
 
 def draw_timeline(path: Path, start: float, bundles: list[float], trajectories: list[float],
-                  cpu: list[tuple[float, float]], workers: int) -> None:  # fmt: skip
-    """Bundles and trajectories written per half second, and the workers' CPU: where the
-    stages run, overlap or wait."""
+                  samples: list[float], cpu: list[tuple[float, float]],
+                  workers: int) -> None:  # fmt: skip
+    """Bundles, trajectories and ordered samples written per half second, and the workers'
+    CPU: where the stages run, overlap or wait."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
-    end = max(trajectories) - start
+    end = max(samples) - start
     edges = np.arange(0.0, end + 0.5, 0.5)
     fig = Figure(figsize=(9, 4.5))
     FigureCanvasAgg(fig)
     ax = fig.add_subplot()
-    for label, times in (("bundles sent", bundles), ("trajectories sent", trajectories)):
+    for label, times in (("bundles sent", bundles), ("trajectories sent", trajectories),
+                         ("samples written (forge.train)", samples)):  # fmt: skip
         counts, _ = np.histogram(np.asarray(times) - start, edges)
         ax.step(edges[:-1], counts * 2, where="post", label=label)
     ax.set_xlabel("seconds since the first bundle")
@@ -342,7 +390,8 @@ def main() -> None:
     args = parser.parse_args()
     console = Console(width=160)
     rng = np.random.default_rng(0)
-    table = Table("measurement", "events", "seconds", "events/s", "peak RSS MiB")
+    table = Table("measurement", "events", "seconds", "events/s", "CPU s", "events/CPU s",
+                  "peak RSS MiB")  # fmt: skip
     ratios: list[str] = []
 
     base_rss = psutil.Process().memory_info().rss / 2**20
@@ -357,7 +406,7 @@ def main() -> None:
     result = process_log(decoded, queue, [], PipelineConfig(window=None))
     elapsed = time.perf_counter() - started
     table.add_row(f"in process, {args.inflight} rollouts in flight", str(len(encoded)),
-                  f"{elapsed:.2f}", f"{len(encoded) / elapsed:.0f}",
+                  f"{elapsed:.2f}", f"{len(encoded) / elapsed:.0f}", "", "",
                   f"{peak_rss_mb():.0f} (start {base_rss:.0f})")  # fmt: skip
     assert len(result.samples) == args.inflight
     del encoded, decoded, result
@@ -378,26 +427,34 @@ def main() -> None:
                                 "through one live worker, untimed…"):  # fmt: skip
                 replay_seconds(bootstrap, args.warmup, rng, args.calls)
                 live_worker_rate(bootstrap, home / "warmup", args.warmup, rng, args.calls)
-        count, elapsed = replay_seconds(bootstrap, args.rollouts, rng, args.calls)
+        count, elapsed, replay_cpu = replay_seconds(bootstrap, args.rollouts, rng, args.calls)
         replay_rate = count / elapsed
         table.add_row(f"replay through Kafka, {args.rollouts} rollouts", str(count),
-                      f"{elapsed:.2f}", f"{replay_rate:.0f}", "")  # fmt: skip
+                      f"{elapsed:.2f}", f"{replay_rate:.0f}", f"{replay_cpu:.2f}",
+                      f"{count / replay_cpu:.0f}", "")  # fmt: skip
         for workers in (1, 2):
             with console.status(f"{workers} live worker(s) working through a backlog…"):
                 timeline = args.timeline if workers == 1 else None
-                done, span, rate, peak = live_worker_rate(
+                run = live_worker_rate(
                     bootstrap, home, args.rollouts, rng, args.calls, workers, timeline
                 )
             label = "live worker" if workers == 1 else f"{workers} live workers in one group"
-            table.add_row(f"{label} (sink on), backlog of {args.rollouts} rollouts", str(done),
-                          f"{span:.2f}", f"{rate:.0f}", f"{peak:.0f}")  # fmt: skip
-            ratios.append(f"{workers} worker(s) {rate / replay_rate:.2f}x")
+            rate = run.events / run.seconds
+            table.add_row(f"{label} (sink on), backlog of {args.rollouts} rollouts",
+                          str(run.events), f"{run.seconds:.2f}", f"{rate:.0f}",
+                          f"{run.cpu_s:.2f}", f"{run.events / run.cpu_s:.0f}",
+                          f"{run.peak_rss_mb:.0f}")  # fmt: skip
+            ratios.append(
+                f"{workers} worker(s) {rate / replay_rate:.2f}x "
+                f"(to the last trajectory {run.events / run.to_trajectories / replay_rate:.2f}x; "
+                f"a CPU-second {run.events / run.cpu_s * replay_cpu / count:.2f}x)"
+            )
         with console.status(f"live worker holding {args.inflight} rollouts in flight…"):
             held, seconds, peak = live_worker_inflight_rss(
                 bootstrap, home, args.inflight, rng, args.calls
             )
         table.add_row(f"live worker, {args.inflight} rollouts in flight (start-up included)",
-                      str(held), f"{seconds:.2f}", f"{held / seconds:.0f}",
+                      str(held), f"{seconds:.2f}", f"{held / seconds:.0f}", "", "",
                       f"{peak:.0f}")  # fmt: skip
     finally:
         if broker is not None:
@@ -407,7 +464,7 @@ def main() -> None:
                   "tokens, ModelResponse with 100 tokens), RolloutFinished — "
                   f"{2 * args.calls + 2} per rollout")  # fmt: skip
     console.print(table)
-    console.print(f"live / replay events/s: {', '.join(ratios)}")
+    console.print(f"live / replay events/s: {'; '.join(ratios)}")
 
 
 if __name__ == "__main__":
