@@ -200,6 +200,8 @@ def replay_seconds(bootstrap: str, rollouts: int, rng: np.random.Generator,
 
 @dataclass(frozen=True)
 class LiveRun:
+    """Live workers through one backlog, measured."""
+
     events: int
     seconds: float
     """From the first bundle to the last sample on forge.train."""
@@ -231,17 +233,17 @@ def live_worker_rate(bootstrap: str, home: Path, rollouts: int, rng: np.random.G
         deadline = time.monotonic() + 600
         while True:
             peak = max(peak, sum(_tree_rss_mb(w.pid) for w in group))
-            cpu.append((time.time(), sum(_tree_cpu_s(w.pid) for w in group)))
+            cpu.append((time.time(), _tree_cpu_s_of(group)))
             # forge.train is read only once every trajectory is written: the sequencer's tail.
             if _written(watch, topics[TRAJECTORIES.name]) >= rollouts and (
                 len(samples.read()) >= rollouts
             ):
-                cpu.append((time.time(), sum(_tree_cpu_s(w.pid) for w in group)))  # past the last
                 break
             for worker in group:
                 assert worker.poll() is None, f"a worker exited: see {home}/rate*/worker.log"
             assert time.monotonic() < deadline, f"the workers did not finish: {home}/rate*"
             time.sleep(0.5)
+        cpu.append((time.time(), _tree_cpu_s_of(group)))  # a reading past the last sample
     finally:
         watch.close()
         samples.close()
@@ -362,6 +364,10 @@ def _tree_sum(pid: int, measure: Callable[[psutil.Process], float]) -> float:
 
 def _tree_cpu_s(pid: int) -> float:
     return _tree_sum(pid, lambda p: sum(p.cpu_times()[:2]))
+
+
+def _tree_cpu_s_of(group: list[subprocess.Popen[bytes]]) -> float:
+    return sum(_tree_cpu_s(worker.pid) for worker in group)
 
 
 def _tree_rss_mb(pid: int) -> float:
