@@ -8,6 +8,7 @@ entry point (`gateway.server.serve`), start-up settings included. Load comes fro
 connections = 64 concurrent agents, one rollout each).
 
     python bench/gateway.py [--rounds 3] [--duration 5] [--connections 64] [--warmup 5]
+                            [--prompt-repeat 1]
     (uses FORGE_KAFKA_BOOTSTRAP, else starts a throwaway local broker)
 
 Each server first gets an untimed wrk run of --warmup seconds: a freshly started broker's JVM
@@ -15,6 +16,9 @@ compiles as it goes, which a long run does not see. Then the two are measured in
 --rounds times --duration seconds each: this machine's speed drifts by a fifth or more over a
 minute, and one long run of each would put that drift into the ratio. Totals are over all
 rounds (latencies: the median of the rounds'), and each round's ratio is shown.
+
+The prompt is two short messages (54 tokens); --prompt-repeat K sends the user's question K
+times in its message, as an agent's growing conversation does: tokenizing grows with it.
 """
 
 from __future__ import annotations
@@ -209,6 +213,8 @@ def main() -> None:
     parser.add_argument("--connections", type=int, default=64)
     parser.add_argument("--warmup", type=int, default=5, metavar="SECONDS",
                         help="an untimed wrk run of each server first (0: none)")  # fmt: skip
+    parser.add_argument("--prompt-repeat", type=int, default=1, metavar="K",
+                        help="the user's question K times in its message")  # fmt: skip
     parser.add_argument("--serve", choices=["gateway", "direct"], help=argparse.SUPPRESS)
     parser.add_argument("--port", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--bootstrap", help=argparse.SUPPRESS)
@@ -243,6 +249,7 @@ def main() -> None:
     procs = []
     try:
         gw_port, direct_port = free_port(), free_port()
+        from gateway.chat_tokenizer import ChatTokenizer
         from infra.tiny_model import build_tokenizer
 
         build_tokenizer().save_pretrained(home / "tokenizer")
@@ -254,11 +261,14 @@ def main() -> None:
             for i in range(args.connections):
                 rid = client.post("/rollouts", json={"task_id": f"bench-{i}"}).json()["rollout_id"]
                 paths.append(f"/rollouts/{rid}/v1/chat/completions")
-        body = json.dumps({"model": "m", "messages": MESSAGES, "max_tokens": 16})
+        messages = [MESSAGES[0], {**MESSAGES[1], "content": " ".join(
+            [MESSAGES[1]["content"]] * args.prompt_repeat)}]  # fmt: skip
+        body = json.dumps({"model": "m", "messages": messages, "max_tokens": 16})
         headers = {"Content-Type": "application/json", "Authorization": f"Bearer {ADMIN}"}
+        prompt_tokens = len(ChatTokenizer(home / "tokenizer").encode_chat(messages))
         console.print(
             f"wrk: {args.connections} connections, {args.rounds} rounds of {args.duration}s on "
-            f"each server in turn, Kafka {bootstrap}"
+            f"each server in turn, prompts of {prompt_tokens} tokens, Kafka {bootstrap}"
         )
         broker_cpu = {} if broker_pid is None else {"broker": broker_pid}
         if args.warmup:

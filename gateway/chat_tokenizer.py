@@ -16,6 +16,7 @@ from jinja2 import TemplateError
 from tokenizers import Tokenizer
 from transformers.utils.chat_template_utils import _compile_jinja_template
 
+from gateway.encode_batches import EncodeBatches
 from gateway.errors import InvalidRequestError
 
 NAMED_SPECIAL_TOKENS = frozenset(
@@ -76,6 +77,7 @@ class ChatTokenizer:
 
     def __init__(self, model_dir: Path) -> None:
         self.backend = Tokenizer.from_file(str(model_dir / "tokenizer.json"))
+        self.batches = EncodeBatches(self.backend)
         config = json.loads((model_dir / "tokenizer_config.json").read_text())
         self.templates = load_chat_templates(model_dir)
         if not self.templates:
@@ -150,13 +152,32 @@ class ChatTokenizer:
             self.render(messages, tools, template_kwargs, template_name=template_name)
         )
 
+    async def encode_chat_off_loop(
+        self,
+        messages: list[dict[str, Any]],
+        tools: list[dict[str, Any]] | None = None,
+        template_kwargs: dict[str, Any] | None = None,
+    ) -> list[int]:
+        """``encode_chat`` for a server: the template rendered here, the tokenizing done off
+        the event loop (``gateway.encode_batches``)."""
+        return await self.encode_off_loop(self.render(messages, tools, template_kwargs))
+
     def encode(self, text: str, param: str = "messages") -> list[int]:
         try:
             return list(self.backend.encode(text, add_special_tokens=False).ids)
-        except TypeError as exc:  # JSON's "\ud800" decodes to a lone surrogate: not Unicode
-            raise InvalidRequestError(
-                "the text is not valid Unicode (a lone surrogate?)", param=param
-            ) from exc
+        except TypeError as exc:
+            raise _not_unicode(param) from exc
+
+    async def encode_off_loop(self, text: str, param: str = "messages") -> list[int]:
+        try:
+            return await self.batches.encode(text)
+        except TypeError as exc:
+            raise _not_unicode(param) from exc
 
     def decode(self, ids: list[int], skip_special_tokens: bool = False) -> str:
         return str(self.backend.decode(ids, skip_special_tokens=skip_special_tokens))
+
+
+def _not_unicode(param: str) -> InvalidRequestError:
+    # JSON's "\ud800" decodes to a lone surrogate: not Unicode, and the tokenizer's TypeError
+    return InvalidRequestError("the text is not valid Unicode (a lone surrogate?)", param=param)

@@ -34,9 +34,9 @@ def _sse(chunks: list[dict[str, Any]]) -> StreamingResponse:
     return StreamingResponse(stream(), media_type="text/event-stream")
 
 
-def _prompt_ids(body: CompletionRequest, tokenizer: ChatTokenizer) -> list[int]:
+async def _prompt_ids(body: CompletionRequest, tokenizer: ChatTokenizer) -> list[int]:
     if isinstance(body.prompt, str):
-        return tokenizer.encode(body.prompt, param="prompt")
+        return await tokenizer.encode_off_loop(body.prompt, param="prompt")
     vocab = len(tokenizer)
     ids = [int(t) for t in body.prompt]
     if any(not 0 <= t < vocab for t in ids):
@@ -81,7 +81,9 @@ def openai_router(settings: GatewaySettings, service: RolloutService, auth: Auth
     async def chat(body: ChatCompletionRequest, rollout: Rollout = open_rollout) -> Response:
         async with service.limiter.slot():
             messages = [m.model_dump(exclude_none=True) for m in body.messages]
-            prompt_ids = tokenizer.encode_chat(messages, body.tools, body.chat_template_kwargs)
+            prompt_ids = await tokenizer.encode_chat_off_loop(
+                messages, body.tools, body.chat_template_kwargs
+            )
             conversation = tuple(normalise_message(m) for m in messages)
             call = call_input(
                 "chat.completions", body, prompt_ids, body.token_limit(), body.top_k, conversation
@@ -101,7 +103,7 @@ def openai_router(settings: GatewaySettings, service: RolloutService, auth: Auth
     @router.post("/completions")
     async def completions(body: CompletionRequest, rollout: Rollout = open_rollout) -> Response:
         async with service.limiter.slot():
-            prompt_ids = _prompt_ids(body, tokenizer)
+            prompt_ids = await _prompt_ids(body, tokenizer)
             call = call_input("completions", body, prompt_ids, body.max_tokens, body.top_k, None)
             call_id, generations = await service.call(rollout, call)
         choices = [(g, responses.text_logprobs(g, body.top_k, token_text)) for g in generations]
