@@ -34,12 +34,12 @@ def encode_each(backend: Tokenizer, texts: list[str]) -> list[Result]:
 
 
 class EncodeBatches:
-    """One loop's tokenizer calls, batched onto one thread (made on first use)."""
+    """One loop's tokenizer calls, batched onto one thread."""
 
     def __init__(self, backend: Tokenizer) -> None:
         self.backend = backend
         self._waiting: list[tuple[str, asyncio.Future[list[int]]]] = []
-        self._thread: ThreadPoolExecutor | None = None
+        self._thread = ThreadPoolExecutor(1, thread_name_prefix="tokenizer")  # starts on first use
         self._task: asyncio.Task[None] | None = None
         """The batches' loop (held here: the event loop keeps only a weak reference)."""
 
@@ -54,8 +54,6 @@ class EncodeBatches:
         return await done
 
     async def _run(self) -> None:
-        if self._thread is None:
-            self._thread = ThreadPoolExecutor(1, thread_name_prefix="tokenizer")
         loop = asyncio.get_running_loop()
         while self._waiting:
             batch, self._waiting = self._waiting, []
