@@ -9,7 +9,10 @@ the worker's start-up is not counted but all its work is, the sequencer's includ
 worker, then
 two in one group (each with its own embedded analytics store; the bench's broker waits 3 s
 for a new group's members, as Kafka does by default) on a fresh copy of the backlog;
-then the live/replay ratios. Before anything is timed, --warmup rollouts go untimed through
+then the live/replay ratios. Beside them, the least any Faust worker spends on an event: an
+agent built as the live worker's that only reads and decodes a copy of the backlog
+(bench/faust_read_floor.py), and what the 0.6x target leaves for the rest of the live
+worker's work. Before anything is timed, --warmup rollouts go untimed through
 the replay and one live worker: a freshly started broker's JVM compiles as it goes (its CPU
 for the same live backlog fell from 17.7 s in its first run to 9.4 s in its second), which
 a long run does not see. Memory: peak RSS in process, and the live worker's peak RSS
@@ -23,7 +26,9 @@ from __future__ import annotations
 
 import argparse
 import itertools
+import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -196,6 +201,22 @@ def replay_seconds(bootstrap: str, rollouts: int, rng: np.random.Generator,
     elapsed, cpu = time.perf_counter() - started, time.process_time() - cpu
     assert len(replay.samples) == rollouts
     return count, elapsed, cpu
+
+
+def faust_floor(bootstrap: str, rollouts: int, rng: np.random.Generator,
+                calls: int) -> tuple[int, float, float]:  # fmt: skip
+    """(events, seconds, CPU seconds) of a Faust agent that only reads and decodes a fresh
+    log of ``rollouts`` (bench/faust_read_floor.py)."""
+    topics = fresh_topics(bootstrap, "floor")
+    count = produce(bootstrap, topics, 0, rollouts, finished=True, rng=rng, calls=calls)
+    script = Path(__file__).with_name("faust_read_floor.py")
+    done = subprocess.run([sys.executable, str(script), bootstrap, topics[EVENTS.name], str(count)],
+                          capture_output=True, text=True, timeout=300)  # fmt: skip
+    # Faust's worker logs what is printed: the JSON line may come with a log prefix.
+    found = re.search(r"\{\"records\".*\}", done.stdout + done.stderr)
+    assert found, f"the Faust floor printed no result: {done.stderr[-2000:]}"
+    result = json.loads(found.group())
+    return result["records"], result["seconds"], result["cpu_s"]
 
 
 @dataclass(frozen=True)
@@ -438,6 +459,12 @@ def main() -> None:
         table.add_row(f"replay through Kafka, {args.rollouts} rollouts", str(count),
                       f"{elapsed:.2f}", f"{replay_rate:.0f}", f"{replay_cpu:.2f}",
                       f"{count / replay_cpu:.0f}", "")  # fmt: skip
+        with console.status("a Faust agent reading and decoding the backlog, nothing else…"):
+            floor_count, floor_s, floor_cpu = faust_floor(bootstrap, args.rollouts, rng,
+                                                          args.calls)  # fmt: skip
+        table.add_row("Faust agent that only reads and decodes forge.events",
+                      str(floor_count), f"{floor_s:.2f}", f"{floor_count / floor_s:.0f}",
+                      f"{floor_cpu:.2f}", f"{floor_count / floor_cpu:.0f}", "")  # fmt: skip
         for workers in (1, 2):
             with console.status(f"{workers} live worker(s) working through a backlog…"):
                 timeline = args.timeline if workers == 1 else None
@@ -471,6 +498,12 @@ def main() -> None:
                   f"{2 * args.calls + 2} per rollout")  # fmt: skip
     console.print(table)
     console.print(f"live / replay events/s: {'; '.join(ratios)}")
+    replay_us, floor_us = 1e6 * replay_cpu / count, 1e6 * floor_cpu / floor_count
+    console.print(
+        f"CPU an event: the replay's whole pipeline {replay_us:.0f} µs; a Faust agent only "
+        f"reading and decoding {floor_us:.0f} µs. A live worker at 0.6x the replay's events "
+        f"per CPU-second has {replay_us / 0.6 - floor_us:.0f} µs an event for everything else."
+    )
 
 
 if __name__ == "__main__":
