@@ -7,7 +7,7 @@ its ``count``-th (start-up and the group's join left out) and prints one JSON li
 seconds, CPU seconds (the whole process: Faust's consumer thread too). bench/streams.py runs
 it beside the replay and the live worker.
 
-    python bench/faust_read_floor.py BOOTSTRAP TOPIC COUNT
+    python bench/faust_read_floor.py BOOTSTRAP TOPIC COUNT DATADIR
 """
 
 from __future__ import annotations
@@ -15,7 +15,6 @@ from __future__ import annotations
 import json
 import os
 import sys
-import tempfile
 import time
 import uuid
 from pathlib import Path
@@ -33,12 +32,12 @@ from streams import faust_transport  # noqa: E402
 
 
 def main() -> None:
-    bootstrap, topic, count = sys.argv[1], sys.argv[2], int(sys.argv[3])
+    bootstrap, topic, count, datadir = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
     app = faust.App(
         f"bench-floor-{uuid.uuid4().hex[:8]}",
         broker=f"kafka://{bootstrap}",
         store="memory://",
-        datadir=tempfile.mkdtemp(prefix="forge-bench-floor-"),
+        datadir=datadir,
         value_serializer="raw",
         key_serializer="raw",
         web_enabled=False,

@@ -203,15 +203,16 @@ def replay_seconds(bootstrap: str, rollouts: int, rng: np.random.Generator,
     return count, elapsed, cpu
 
 
-def faust_floor(bootstrap: str, rollouts: int, rng: np.random.Generator,
+def faust_floor(bootstrap: str, home: Path, rollouts: int, rng: np.random.Generator,
                 calls: int) -> tuple[int, float, float]:  # fmt: skip
     """(events, seconds, CPU seconds) of a Faust agent that only reads and decodes a fresh
     log of ``rollouts`` (bench/faust_read_floor.py)."""
     topics = fresh_topics(bootstrap, "floor")
     count = produce(bootstrap, topics, 0, rollouts, finished=True, rng=rng, calls=calls)
     script = Path(__file__).with_name("faust_read_floor.py")
-    done = subprocess.run([sys.executable, str(script), bootstrap, topics[EVENTS.name], str(count)],
-                          capture_output=True, text=True, timeout=300)  # fmt: skip
+    command = [sys.executable, str(script), bootstrap, topics[EVENTS.name], str(count),
+               str(home / "floor")]  # fmt: skip
+    done = subprocess.run(command, capture_output=True, text=True, timeout=300)
     # Faust's worker logs what is printed: the JSON line may come with a log prefix.
     found = re.search(r"\{\"records\".*\}", done.stdout + done.stderr)
     assert found, f"the Faust floor printed no result: {done.stderr[-2000:]}"
@@ -460,7 +461,7 @@ def main() -> None:
                       f"{elapsed:.2f}", f"{replay_rate:.0f}", f"{replay_cpu:.2f}",
                       f"{count / replay_cpu:.0f}", "")  # fmt: skip
         with console.status("a Faust agent reading and decoding the backlog, nothing else…"):
-            floor_count, floor_s, floor_cpu = faust_floor(bootstrap, args.rollouts, rng,
+            floor_count, floor_s, floor_cpu = faust_floor(bootstrap, home, args.rollouts, rng,
                                                           args.calls)  # fmt: skip
         table.add_row("Faust agent that only reads and decodes forge.events",
                       str(floor_count), f"{floor_s:.2f}", f"{floor_count / floor_s:.0f}",
