@@ -3,15 +3,16 @@
 One Faust agent, built as the live worker's (its transport, fetch size, raw serializers, no
 acks), reads a topic of forge.events records from the start and decodes each as the
 assembler does; nothing is held, sent or committed. It times itself from its first record to
-its ``count``-th (start-up and the group's join left out) and prints one JSON line: records,
-seconds, CPU seconds (the whole process: Faust's consumer thread too). bench/streams.py runs
-it beside the replay and the live worker.
+its ``count``-th (start-up and the group's join left out) and writes one JSON object to
+``out``: records, seconds, CPU seconds (the whole process: Faust's consumer thread too).
+bench/streams.py runs it beside the replay and the live worker.
 
-    python bench/faust_read_floor.py BOOTSTRAP TOPIC COUNT DATADIR
+    python bench/faust_read_floor.py BOOTSTRAP TOPIC COUNT DATADIR OUT
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import sys
@@ -32,12 +33,21 @@ from streams import faust_transport  # noqa: E402
 
 
 def main() -> None:
-    bootstrap, topic, count, datadir = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("bootstrap", help="the Kafka bootstrap address")
+    parser.add_argument("topic", help="a topic of forge.events records")
+    parser.add_argument("count", type=int, help="records to read")
+    parser.add_argument("datadir", help="Faust's data directory")
+    parser.add_argument("out", type=Path, help="where the result is written (JSON)")
+    args = parser.parse_args()
+    count = args.count
     app = faust.App(
         f"bench-floor-{uuid.uuid4().hex[:8]}",
-        broker=f"kafka://{bootstrap}",
+        broker=f"kafka://{args.bootstrap}",
         store="memory://",
-        datadir=datadir,
+        datadir=args.datadir,
         value_serializer="raw",
         key_serializer="raw",
         web_enabled=False,
@@ -46,7 +56,7 @@ def main() -> None:
         consumer_auto_offset_reset="earliest",
     )
     app.transport = faust_transport.Transport(app.conf.broker_consumer, app)
-    events = app.topic(topic, key_type=bytes, value_type=bytes, acks=False)
+    events = app.topic(args.topic, key_type=bytes, value_type=bytes, acks=False)
     started: list[float] = []
 
     @app.agent(events)
@@ -59,7 +69,7 @@ def main() -> None:
             seen += 1
             if seen == count:
                 wall, cpu = time.perf_counter() - started[0], time.process_time() - started[1]
-                print(json.dumps({"records": seen, "seconds": wall, "cpu_s": cpu}), flush=True)
+                args.out.write_text(json.dumps({"records": seen, "seconds": wall, "cpu_s": cpu}))
                 os._exit(0)  # measured: Faust's orderly shutdown is not
 
     sys.argv = [sys.argv[0], "worker", "--loglevel", "warn"]
