@@ -218,9 +218,10 @@ class Run:
     def __post_init__(self) -> None:
         self.logs = self.home / "logs"
         self.logs.mkdir(parents=True, exist_ok=True)
-        self.infra = InfraSettings(
-            home=self.home, kafka_port=stable_port(), kafka_controller_port=stable_port()
-        )
+        self.infra = InfraSettings(  # its own broker, to restart, whatever the environment names
+            home=self.home, kafka_port=stable_port(), kafka_controller_port=stable_port(),
+            kafka_bootstrap=None,
+        )  # fmt: skip
         self.bootstrap = f"127.0.0.1:{self.infra.kafka_port}"
         self.admin_key = secrets.token_urlsafe(24)
         self.gateway_url = f"http://127.0.0.1:{stable_port()}"  # restarted on the same port
