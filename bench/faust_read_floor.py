@@ -1,10 +1,11 @@
 """The least a live Faust worker spends on each event: an agent that only reads and decodes.
 
-One Faust agent, built as the live worker's (its transport, fetch size, raw serializers, no
-acks), reads a topic of forge.events records from the start and decodes each as the
-assembler does; nothing is held, sent or committed. It times itself from its first record to
-its ``count``-th (start-up and the group's join left out) and writes one JSON object to
-``out``: records, seconds, CPU seconds (the whole process: Faust's consumer thread too).
+One Faust agent, built as the live worker's (its transport, a fetched batch a Faust event, its
+fetch size, raw serializers, no acks), reads a topic of forge.events records from the start
+and decodes each as the assembler does; nothing is held, sent or committed. It times itself
+from its first record to its ``count``-th (start-up and the group's join left out) and writes
+one JSON object to ``out``: records, seconds, CPU seconds (the whole process: Faust's consumer
+thread too).
 bench/streams.py runs it beside the replay and the live worker.
 
     python bench/faust_read_floor.py BOOTSTRAP TOPIC COUNT DATADIR OUT
@@ -19,7 +20,7 @@ import sys
 import time
 import uuid
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 # Keep bench/ off the import path: bench/streams.py shares its name with the package.
 sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).parent.resolve()]
@@ -30,6 +31,8 @@ from schemas import codec  # noqa: E402
 from schemas.records import Envelope  # noqa: E402
 from schemas.topics import MAX_MESSAGE_BYTES  # noqa: E402
 from streams import faust_transport  # noqa: E402
+from streams.app import BATCHES_BUFFERED  # noqa: E402
+from streams.faust_transport import FetchedBatch  # noqa: E402
 
 
 def main() -> None:
@@ -55,8 +58,11 @@ def main() -> None:
         consumer_max_fetch_size=MAX_MESSAGE_BYTES * 2,
         consumer_auto_offset_reset="earliest",
     )
-    app.transport = faust_transport.Transport(app.conf.broker_consumer, app)
-    events = app.topic(args.topic, key_type=bytes, value_type=bytes, acks=False)
+    app.transport = faust_transport.Transport(
+        app.conf.broker_consumer, app, batched_topics=(args.topic,)
+    )
+    events = app.topic(args.topic, key_type=bytes, value_type=bytes, acks=False,
+                       maxsize=BATCHES_BUFFERED)  # fmt: skip
     started: list[float] = []
 
     @app.agent(events)
@@ -65,9 +71,10 @@ def main() -> None:
         async for event in stream.events():
             if not started:
                 started.extend((time.perf_counter(), time.process_time()))
-            codec.decode(event.value, Envelope)
-            seen += 1
-            if seen == count:
+            for record in cast(FetchedBatch, event.value).records:
+                codec.decode(record.value, Envelope)
+            seen += len(event.value.records)
+            if seen >= count:
                 wall, cpu = time.perf_counter() - started[0], time.process_time() - started[1]
                 args.out.write_text(json.dumps({"records": seen, "seconds": wall, "cpu_s": cpu}))
                 os._exit(0)  # measured: Faust's orderly shutdown is not

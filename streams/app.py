@@ -1,11 +1,13 @@
 """The live Faust worker: assemble rollouts, score complete groups, sequence, sink.
 
-- ``assemble`` (forge.events, keyed by rollout): open rollouts are held in memory
+- ``assemble`` (forge.events, keyed by rollout; read a fetched batch at a time,
+  ``streams.faust_transport``): open rollouts are held in memory
   (``streams.open_rollouts``); when one ends, its events go as one bundle to an internal topic
   keyed by group.
-- ``score`` (internal topic, keyed by group): open groups are held in memory
-  (``streams.group_scorer``); a complete group is scored, its trajectories go to
-  forge.trajectories (and their calls to the calls table), then its mark to a compacted topic;
+- ``score`` (internal topic, keyed by group; read a fetched batch at a time too): open groups
+  are held in memory (``streams.group_scorer``); a complete group is scored, its trajectories
+  go to forge.trajectories (and their calls to the calls table), then its mark to a compacted
+  topic;
   every ``group_check_s`` each partition claims how far its trajectories are written
   (``streams.scored_through``), the sequencer's watermark.
 - ``sequence`` (a task over forge.queue, forge.trajectories, forge.policy and the claims): the
@@ -48,6 +50,7 @@ from streams import bundles, faust_transport
 from streams.config import StreamsSettings, load_pipeline_config
 from streams.dead_letters import DeadLetters
 from streams.deliveries import Deliveries
+from streams.faust_transport import BatchCountingMonitor, FetchedBatch
 from streams.floor_commits import commit_with_metadata, committed_metadata
 from streams.group_scorer import GroupScorer
 from streams.live_sequencer import run_sequencer
@@ -111,8 +114,13 @@ def create_streams_app(
         # A worker killed with -9 holds its partitions until its session expires.
         broker_session_timeout=10.0,
         broker_heartbeat_interval=3.0,
+        Monitor=BatchCountingMonitor,
     )
-    app.transport = faust_transport.Transport(app.conf.broker_consumer, app)
+    app.transport = faust_transport.Transport(
+        app.conf.broker_consumer,
+        app,
+        batched_topics=(settings.events_topic, ended_topic(settings.app_id)),
+    )
     # Faust's assignor ignores a topic missing from metadata at the first rebalance; on a loaded
     # machine that once lost the bundles sent meanwhile. Created up front, nothing is missing
     # (forge.trajectories too: the claims name its partitions).
@@ -124,9 +132,10 @@ def create_streams_app(
     )  # fmt: skip
     scorer_topic, marks_topic = ended_topic(settings.app_id), settled_topic(settings.app_id)
     # acks=False: Faust never commits these; the floors are committed below.
-    events = app.topic(settings.events_topic, key_type=bytes, value_type=bytes, acks=False)
+    events = app.topic(settings.events_topic, key_type=bytes, value_type=bytes, acks=False,
+                       maxsize=BATCHES_BUFFERED)  # fmt: skip
     ended = app.topic(scorer_topic, key_type=bytes, value_type=bytes, partitions=partitions,
-                      internal=True, acks=False)  # fmt: skip
+                      internal=True, acks=False, maxsize=BATCHES_BUFFERED)  # fmt: skip
     marks = app.topic(marks_topic, key_type=bytes, value_type=bytes, partitions=partitions,
                       internal=True)  # fmt: skip
     trajectories = app.topic(settings.trajectories_topic, key_type=bytes, value_type=bytes)
@@ -174,30 +183,34 @@ def create_streams_app(
             tag=_bundles_of(message.partition),
         )
 
+    async def assemble_one(state: LiveState, message: Any) -> None:
+        """The event joins its open rollout; an ended rollout's events go on as one bundle to
+        the group's partition of ``ended`` — or, larger than a message, to forge.dlq."""
+        rollouts = state.rollouts_of(message.partition)
+        envelope = await letters.decoded(message, Envelope)
+        if envelope is None:
+            rollouts.floor.processed(message.offset)
+        else:
+            done = rollouts.add(message.offset, envelope, message.value)
+            if done is not None:
+                await send_bundle(rollouts, done, message)
+            for expired in rollouts.expire():  # named by its start: key, offset
+                await letters.of(message.topic, message.partition, expired.offset,
+                                 expired.reason, expired.rollout_id.encode(), b"")  # fmt: skip
+        # After its bundle is handed over: a watermark sent later follows it in the log.
+        state.progress.processed(message.partition, message.offset,
+                                 None if envelope is None else envelope.ts,
+                                 time.monotonic())  # fmt: skip
+
     @app.agent(events)
     async def assemble(stream: faust.StreamT) -> None:
-        """Each event joins its open rollout; an ended rollout's events go on as one bundle to
-        the group's partition of ``ended`` — or, larger than a message, to forge.dlq."""
+        """Each Faust event is a batch of one partition's records (``faust_transport``)."""
         async for event in stream.events():
-            message = event.message
-            state = generations.at(message.generation_id)
+            state = generations.at(event.message.generation_id)
             if state is None:
                 continue  # read in a generation gone: it is read again from the floor
-            rollouts = state.rollouts_of(message.partition)
-            envelope = await letters.decoded(event, Envelope)
-            if envelope is None:
-                rollouts.floor.processed(message.offset)
-            else:
-                done = rollouts.add(message.offset, envelope, event.value)
-                if done is not None:
-                    await send_bundle(rollouts, done, message)
-                for expired in rollouts.expire():  # named by its start: key, offset
-                    await letters.of(message.topic, message.partition, expired.offset,
-                                     expired.reason, expired.rollout_id.encode(), b"")  # fmt: skip
-            # After its bundle is handed over: a watermark sent later follows it in the log.
-            state.progress.processed(message.partition, message.offset,
-                                     None if envelope is None else envelope.ts,
-                                     time.monotonic())  # fmt: skip
+            for message in cast(FetchedBatch, event.value).records:
+                await assemble_one(state, message)
 
     async def scorer_of(state: LiveState, partition: int) -> ScorerPartition:
         """The partition's scorer, its marks and the newest event time claimed for it loaded
@@ -232,46 +245,50 @@ def create_streams_app(
             then=partial(groups.marked, group),
         )
 
-    @app.agent(ended)
-    async def score(stream: faust.StreamT) -> None:
+    async def score_one(state: LiveState, message: Any) -> None:
         """Members arrive one bundle each; a message with a tick header is ``expire_groups``
         asking for the group's timeout to be checked against the event time it carries, one
         with a watermark header an events partition's progress (``send_watermarks``)."""
+        scorer = await scorer_of(state, message.partition)
+        groups = scorer.groups
+        headers = dict(message.headers or ())
+        try:
+            mark = headers.get(WATERMARK_HEADER)
+            if mark is not None:
+                scorer.horizon.saw(Watermark.decode(bytes(mark)))
+                groups.floor.processed(message.offset)
+                return
+            tick = headers.get(TICK_HEADER)
+            horizon = None if tick is None else tick_horizon(bytes(tick))
+            if message.key is None:
+                raise ValueError("no group key")
+            settled = groups.offer(message.offset, message.key, message.value or b"", horizon)
+        except ValueError as error:  # bundles.BadBundleError among them
+            await letters.of_message(message, f"not a member's bundle or a tick: {error}")
+            groups.floor.processed(message.offset)
+            return
+        if settled is None:
+            return
+        for bundle, reason in settled.dead:
+            await letters.of_message(message, reason, value=bundle)
+        if buffer is not None:  # rollout rows come from the sequencer: the first scoring
+            buffer.add(calls=call_rows(e for m in settled.present for e in m.events.events))
+        if settled.mark is not None:
+            await deliveries.send(
+                [partial(trajectories.send, key=message.key, value=codec.encode(t))
+                 for t in settled.trajectories],
+                then=partial(send_mark, groups, message.partition, message.key, settled.mark),
+            )  # fmt: skip
+
+    @app.agent(ended)
+    async def score(stream: faust.StreamT) -> None:
+        """Each Faust event is a batch of one partition's records (``faust_transport``)."""
         async for event in stream.events():
-            message = event.message
-            state = generations.at(message.generation_id)
+            state = generations.at(event.message.generation_id)
             if state is None:
                 continue
-            scorer = await scorer_of(state, message.partition)
-            groups = scorer.groups
-            headers = event.headers or {}
-            try:
-                mark = headers.get(WATERMARK_HEADER)
-                if mark is not None:
-                    scorer.horizon.saw(Watermark.decode(bytes(mark)))
-                    groups.floor.processed(message.offset)
-                    continue
-                tick = headers.get(TICK_HEADER)
-                horizon = None if tick is None else tick_horizon(bytes(tick))
-                if event.key is None:
-                    raise ValueError("no group key")
-                settled = groups.offer(message.offset, event.key, event.value or b"", horizon)
-            except ValueError as error:  # bundles.BadBundleError among them
-                await letters.of_message(message, f"not a member's bundle or a tick: {error}")
-                groups.floor.processed(message.offset)
-                continue
-            if settled is None:
-                continue
-            for bundle, reason in settled.dead:
-                await letters.of_message(message, reason, value=bundle)
-            if buffer is not None:  # rollout rows come from the sequencer: the first scoring
-                buffer.add(calls=call_rows(e for m in settled.present for e in m.events.events))
-            if settled.mark is not None:
-                await deliveries.send(
-                    [partial(trajectories.send, key=event.key, value=codec.encode(t))
-                     for t in settled.trajectories],
-                    then=partial(send_mark, groups, message.partition, event.key, settled.mark),
-                )  # fmt: skip
+            for message in cast(FetchedBatch, event.value).records:
+                await score_one(state, message)
 
     def owned(topic: str) -> set[int]:
         return {tp.partition for tp in app.consumer.assignment() if tp.topic == topic}
@@ -317,19 +334,31 @@ def create_streams_app(
         await asyncio.gather(*sent)
 
     @app.task
+    async def watermarks_then_claims() -> None:
+        """Every ``group_check_s`` this worker's watermark round, then half a round later (time
+        for the scorers to read it) its scorer partitions' claims: a claim made as a round is
+        sent counts the round before, and its samples wait a round longer."""
+        ends = EndOffsets(bootstrap, timeout_s=5 * settings.group_check_s)
+        try:
+            while True:
+                await asyncio.sleep(settings.group_check_s / 2)
+                await send_watermarks()
+                await asyncio.sleep(settings.group_check_s / 2)
+                await send_claims(ends)
+        finally:
+            await ends.close()
+
     async def send_watermarks() -> None:
-        """Every ``group_check_s``, every events partition this worker owns tells every
-        partition of ``ended`` how far it is processed (``streams.watermarks``); each round is
-        written before the next one's check, as the horizon's rule needs."""
-        while True:
-            await asyncio.sleep(settings.group_check_s)
-            state = generations.at(_generation(app))
-            if state is None:
-                continue
-            try:
-                await send_watermark_round(state)
-            except (KafkaError, ConsumerNotStarted, TimeoutError) as error:
-                log.warning("watermarks skipped this round: %s", error)  # the broker away
+        """Every events partition this worker owns tells every partition of ``ended`` how far
+        it is processed (``streams.watermarks``); each round is written before the next one's
+        check, as the horizon's rule needs."""
+        state = generations.at(_generation(app))
+        if state is None:
+            return
+        try:
+            await send_watermark_round(state)
+        except (KafkaError, ConsumerNotStarted, TimeoutError) as error:
+            log.warning("watermarks skipped this round: %s", error)  # the broker away
 
     @app.timer(interval=settings.group_check_s)
     async def expire_groups() -> None:
@@ -348,20 +377,10 @@ def create_streams_app(
                 await marks.send(key=group, value=None, partition=partition,
                                  value_serializer="raw")  # fmt: skip
 
-    @app.task
-    async def claim_scored_through() -> None:
-        """Every ``group_check_s`` each scorer partition claims how far its trajectories are
-        written (``streams.scored_through``)."""
-        ends = EndOffsets(bootstrap, timeout_s=5 * settings.group_check_s)
-        try:
-            while True:
-                await asyncio.sleep(settings.group_check_s)
-                await send_claims(ends)
-        finally:
-            await ends.close()
-
     async def send_claims(trajectory_ends: EndOffsets) -> None:
-        """The ends are asked after the claims are made: what each covers lies below them."""
+        """Each scorer partition this worker owns claims how far its trajectories are written
+        (``streams.scored_through``). The ends are asked after the claims are made: what each
+        covers lies below them."""
         state = generations.current(_generation(app))
         claims: dict[int, tuple[datetime, bool, datetime | None]] = {}
         for partition, scorer in list(state.scorers.items() if state else ()):
@@ -468,7 +487,7 @@ def create_streams_app(
         async def train_steps(stream: faust.StreamT) -> None:
             """The trainer's rows reach ClickHouse only through forge.metrics."""
             async for event in stream.events():
-                step = await letters.decoded(event, TrainStep)
+                step = await letters.decoded(event.message, TrainStep)
                 if step is not None:
                     buffer.add(train_steps=[step])
 
@@ -497,6 +516,10 @@ def create_streams_app(
 
 
 COMMIT_INTERVAL_S = 1.0
+BATCHES_BUFFERED = 4
+"""Fetched batches of forge.events, or of bundles (a partition's fetch each, up to 2
+messages' size), an agent holds before it stops fetching: Faust's default of 4,096 counts
+records."""
 METADATA_TIMEOUT_S = 10.0
 """How long the broker may take to say what the events floors were committed with."""
 STALL_PATIENCE_S = 30.0

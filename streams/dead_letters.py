@@ -44,12 +44,12 @@ class DeadLetters:
         await self.of(message.topic, message.partition, message.offset, reason, message.key,
                       message.value if value is None else value)  # fmt: skip
 
-    async def decoded(self, event: Any, record_type: type[R]) -> R | None:
-        """The event's record, or None once it is in forge.dlq with the reason."""
-        message = event.message
+    async def decoded(self, message: Any, record_type: type[R]) -> R | None:
+        """The record a message (Faust's, or aiokafka's from a batch) holds, or None once it
+        is in forge.dlq with the reason."""
         result = decode_message(
             TopicSpec(message.topic, record_type, 1), partition=message.partition,
-            offset=message.offset, key=message.key, value=event.value, consumer=self.consumer,
+            offset=message.offset, key=message.key, value=message.value, consumer=self.consumer,
         )  # fmt: skip
         if isinstance(result, DeadLetter):
             await self.send(result)

@@ -1,5 +1,6 @@
 """The worker's Faust consumer: the worker's fetch wait, not Faust's fixed 1.5 s; each record handed
-over without a race of four tasks unless its callback has to wait."""
+over without a race of four tasks unless its callback has to wait; the topics named batched
+handed over a fetched partition at a time, and counted by the record."""
 
 from __future__ import annotations
 
@@ -8,6 +9,8 @@ import asyncio
 import aiokafka
 import faust
 import pytest
+from aiokafka.structs import ConsumerRecord
+from faust.types import TP
 
 from streams import faust_transport
 
@@ -32,9 +35,9 @@ async def test_an_app_given_the_transport_builds_its_kafka_consumer_with_the_sho
     await faust_default.stop()
 
 
-def _consumer(name: str) -> faust_transport._Consumer:
+def _consumer(name: str, batched: tuple[str, ...] = ()) -> faust_transport._Consumer:
     app = faust.App(name, broker="kafka://127.0.0.1:9", store="memory://")
-    app.transport = faust_transport.Transport(app.conf.broker_consumer, app)
+    app.transport = faust_transport.Transport(app.conf.broker_consumer, app, batched_topics=batched)
     consumer = app.consumer
     assert isinstance(consumer, faust_transport._Consumer)
     return consumer
@@ -106,3 +109,79 @@ async def test_a_callback_that_fails_at_once_raises_to_the_drain():
     with pytest.raises(ValueError, match="undecodable"):
         await consumer.wait_first(callback(), suspended)
     assert suspended.cr_frame is None
+
+
+def _record(topic: str, partition: int, offset: int) -> ConsumerRecord:
+    value = f"{topic}-{partition}-{offset}".encode()
+    return ConsumerRecord(topic, partition, offset, 1_000 + offset, 0, b"key", value, None, 3,
+                          len(value), [("h", b"1")])  # fmt: skip
+
+
+async def test_a_batched_topics_fetch_reaches_faust_as_one_record_a_partition():
+    consumer = _consumer("batches", batched=("events",))
+    events0 = [_record("events", 0, offset) for offset in (7, 8, 9)]
+    events1 = [_record("events", 1, 4)]
+    other = [_record("bundles", 0, offset) for offset in (1, 2)]
+    fetched = {TP("events", 0): events0, TP("events", 1): events1, TP("bundles", 0): other,
+               TP("events", 2): []}  # fmt: skip
+
+    async def getmany(active_partitions: set[TP], timeout: float) -> dict:
+        assert active_partitions == set(fetched)
+        return fetched
+
+    consumer._getmany = getmany
+    consumer._get_active_partitions = lambda: set(fetched)
+    records, _ = await consumer._wait_next_records(0.1)
+    assert records[TP("bundles", 0)] == other  # not named: one record each, as Faust has them
+    assert records[TP("events", 2)] == []
+    for tp, held in ((TP("events", 0), events0), (TP("events", 1), events1)):
+        (stand_in,) = records[tp]
+        assert isinstance(stand_in.value, faust_transport.FetchedBatch)
+        assert stand_in.value.records == held  # every record, in order, headers and all
+        assert (stand_in.topic, stand_in.partition) == tp
+        assert (stand_in.offset, stand_in.timestamp) == (held[-1].offset, held[-1].timestamp)
+        assert stand_in.serialized_value_size == sum(r.serialized_value_size for r in held)
+    message = consumer._to_message(TP("events", 0), records[TP("events", 0)][0])
+    assert message.offset == 9 and message.value.records == events0  # what the stream gets
+    raw = consumer.app.serializers.loads_value(bytes, message.value, serializer="raw")
+    assert raw is message.value  # the raw serializer hands the batch on as it is
+
+
+async def test_without_batched_topics_a_fetch_is_handed_over_as_faust_has_it():
+    consumer = _consumer("no-batches")
+    fetched = {TP("events", 0): [_record("events", 0, 1), _record("events", 0, 2)]}
+
+    async def getmany(active_partitions: set[TP], timeout: float) -> dict:
+        return fetched
+
+    consumer._getmany = getmany
+    consumer._get_active_partitions = lambda: set(fetched)
+    records, _ = await consumer._wait_next_records(0.1)
+    assert records == fetched
+
+
+class _Stream:
+    def __init__(self) -> None:
+        self.task_owner = _Stream  # anything weakly referable
+
+
+def test_the_monitor_counts_a_batch_as_the_records_it_holds():
+    monitor = faust_transport.BatchCountingMonitor()
+    tp, stream = TP("events", 0), _Stream()
+    batch = faust_transport.FetchedBatch.record_of([_record("events", 0, o) for o in (1, 2, 3)])
+    single = _record("bundles", 0, 5)
+    for message in (batch, single):
+        message_in = _Message(message.value)
+        monitor.on_message_in(tp if message is batch else TP("bundles", 0), 0, message_in)
+        monitor.on_stream_event_in(tp, 0, stream, message_in)
+    assert monitor.messages_received_by_topic == {"events": 3, "bundles": 1}
+    assert monitor.messages_received_total == 4
+    assert monitor.events_total == 4
+
+
+class _Message:
+    """What the monitor reads of a message or an event: its value (and it stamps time_in)."""
+
+    def __init__(self, value: bytes) -> None:
+        self.value = value
+        self.time_in: float | None = None
