@@ -21,7 +21,7 @@ topics read a fetched batch at a time.
   record's offset. Only topics whose offsets Faust neither acks nor commits may be batched
   (the worker commits its own floors, ``streams.commit_floor``), and their stream's buffer is
   counted in batches (give the topic a ``maxsize``). ``BatchCountingMonitor`` counts each
-  record of a batch, as Faust's monitor counts a message.
+  record of a batch, and of any topic Faust does not ack, as Faust's monitor counts a message.
 """
 
 from __future__ import annotations
@@ -75,23 +75,20 @@ def batched(records: Mapping[TP, list[Any]], topics: Collection[str]) -> dict[TP
 
 
 class BatchCountingMonitor(Monitor):  # type: ignore[misc]
-    """Faust's monitor, with a ``FetchedBatch`` counted as the records it holds: the worker's
-    metrics read records received and events a second from it."""
-
-    def on_message_in(self, tp: TP, offset: int, message: Any) -> None:
-        super().on_message_in(tp, offset, message)
-        more = _more_records(message.value)
-        self.messages_received_total += more
-        self.messages_received_by_topic[tp.topic] += more
+    """Faust's monitor, with the records of a topic Faust does not ack counted too (Faust
+    counts a message received only as it starts tracking its ack), and a ``FetchedBatch``
+    counted as the records it holds: the worker's metrics read records received and events a
+    second from it."""
 
     def on_stream_event_in(self, tp: TP, offset: int, stream: Any, event: Any) -> Any:
         state = super().on_stream_event_in(tp, offset, stream, event)
-        self.events_total += _more_records(event.value)
+        value = event.value
+        records = len(value.records) if isinstance(value, FetchedBatch) else 1
+        self.events_total += records - 1
+        if not event.message.tracked:  # not counted by on_message_in
+            self.messages_received_total += records
+            self.messages_received_by_topic[tp.topic] += records
         return state
-
-
-def _more_records(value: Any) -> int:
-    return len(value.records) - 1 if isinstance(value, FetchedBatch) else 0
 
 
 class _Consumer(faust_aiokafka.Consumer):  # type: ignore[misc]

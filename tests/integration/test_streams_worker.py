@@ -8,6 +8,7 @@ import signal
 import subprocess
 import sys
 import time
+import urllib.request
 import uuid
 from datetime import timedelta
 from pathlib import Path
@@ -156,6 +157,17 @@ def run_until_complete(kafka, cmd, env, train, expected: int):
     return worker
 
 
+def scraped(port: int) -> dict[str, float]:
+    """The worker's /metrics: sample name (with labels) -> value."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as reply:
+        text = reply.read().decode()
+    return {
+        name: float(value)
+        for name, value in (line.rsplit(" ", 1) for line in text.splitlines())
+        if not name.startswith("#")
+    }
+
+
 def stop(worker) -> None:
     """SIGTERM, and kill -9 when the worker does not stop in 30 s: a worker left behind spins
     on its dead broker for good (seen once: it held a core for an hour after its test). A
@@ -175,9 +187,13 @@ def test_worker_output_equals_the_replay_and_dead_letters_garbage(kafka, tmp_pat
     their reasons; the worker keeps going, and the replay leaves out the same rollouts."""
     names, _, train, reference, env = prepared_log(kafka, tmp_path, 48, garbage=True, faulty=True)
     assert reference.stats["rollouts_oversize"] == reference.stats["rollouts_rejected"] == 1
+    env["FORGE_METRICS_PORT"] = str(metrics_port := free_port())
     cmd = [sys.executable, "-m", "forge_rl.cli", "streams"]
     worker = run_until_complete(kafka, cmd, env, train, len(reference.samples))
     try:
+        # Read a fetched batch at a time, counted by the record (streams.faust_transport).
+        events = len(topic_messages(kafka, names[EVENTS.name]))
+        assert scraped(metrics_port)["forge_streams_events_total"] == events
         # The worker owns the embedded store; the CLI's queries go through it.
         sql = "SELECT count(), sum(num_calls) FROM rollouts FINAL"
         report = subprocess.run(

@@ -165,23 +165,32 @@ class _Stream:
         self.task_owner = _Stream  # anything weakly referable
 
 
-def test_the_monitor_counts_a_batch_as_the_records_it_holds():
+def test_the_monitor_counts_a_batch_as_the_records_it_holds_and_unacked_records_too():
     monitor = faust_transport.BatchCountingMonitor()
-    tp, stream = TP("events", 0), _Stream()
+    stream = _Stream()
     batch = faust_transport.FetchedBatch.record_of([_record("events", 0, o) for o in (1, 2, 3)])
-    single = _record("bundles", 0, 5)
-    for message in (batch, single):
-        message_in = _Message(message.value)
-        monitor.on_message_in(tp if message is batch else TP("bundles", 0), 0, message_in)
-        monitor.on_stream_event_in(tp, 0, stream, message_in)
-    assert monitor.messages_received_by_topic == {"events": 3, "bundles": 1}
-    assert monitor.messages_received_total == 4
-    assert monitor.events_total == 4
+    unacked = _Event(_record("metrics", 0, 4).value, tracked=False)
+    acked = _Event(_record("bundles", 0, 5).value, tracked=True)
+    monitor.on_message_in(TP("bundles", 0), 5, acked.message)  # Faust: as it tracks the ack
+    for tp, event in ((TP("events", 0), _Event(batch.value, tracked=False)),
+                      (TP("metrics", 0), unacked), (TP("bundles", 0), acked)):  # fmt: skip
+        monitor.on_stream_event_in(tp, 0, stream, event)
+    assert monitor.messages_received_by_topic == {"events": 3, "metrics": 1, "bundles": 1}
+    assert monitor.messages_received_total == 5
+    assert monitor.events_total == 5
 
 
 class _Message:
-    """What the monitor reads of a message or an event: its value (and it stamps time_in)."""
+    """What the monitor reads of a message: its value, whether its ack is tracked (and it
+    stamps time_in)."""
 
-    def __init__(self, value: bytes) -> None:
+    def __init__(self, value: bytes, tracked: bool) -> None:
         self.value = value
+        self.tracked = tracked
         self.time_in: float | None = None
+
+
+class _Event:
+    def __init__(self, value: bytes, tracked: bool) -> None:
+        self.value = value
+        self.message = _Message(value, tracked)
