@@ -31,8 +31,7 @@ from schemas import codec  # noqa: E402
 from schemas.records import Envelope  # noqa: E402
 from schemas.topics import MAX_MESSAGE_BYTES  # noqa: E402
 from streams import faust_transport  # noqa: E402
-from streams.app import BATCHES_BUFFERED  # noqa: E402
-from streams.faust_transport import FetchedBatch  # noqa: E402
+from streams.faust_transport import BATCHES_BUFFERED, FetchedBatch  # noqa: E402
 
 
 def main() -> None:

@@ -50,7 +50,7 @@ from streams import bundles, faust_transport
 from streams.config import StreamsSettings, load_pipeline_config
 from streams.dead_letters import DeadLetters
 from streams.deliveries import Deliveries
-from streams.faust_transport import BatchCountingMonitor, FetchedBatch
+from streams.faust_transport import BATCHES_BUFFERED, BatchCountingMonitor, current_records
 from streams.floor_commits import commit_with_metadata, committed_metadata
 from streams.group_scorer import GroupScorer
 from streams.live_sequencer import run_sequencer
@@ -209,7 +209,7 @@ def create_streams_app(
             state = generations.at(event.message.generation_id)
             if state is None:
                 continue  # read in a generation gone: it is read again from the floor
-            for message in cast(FetchedBatch, event.value).records:
+            for message in current_records(app, event):
                 await assemble_one(state, message)
 
     async def scorer_of(state: LiveState, partition: int) -> ScorerPartition:
@@ -287,7 +287,7 @@ def create_streams_app(
             state = generations.at(event.message.generation_id)
             if state is None:
                 continue
-            for message in cast(FetchedBatch, event.value).records:
+            for message in current_records(app, event):
                 await score_one(state, message)
 
     def owned(topic: str) -> set[int]:
@@ -334,31 +334,33 @@ def create_streams_app(
         await asyncio.gather(*sent)
 
     @app.task
-    async def watermarks_then_claims() -> None:
-        """Every ``group_check_s`` this worker's watermark round, then half a round later (time
-        for the scorers to read it) its scorer partitions' claims: a claim made as a round is
-        sent counts the round before, and its samples wait a round longer."""
+    async def send_watermarks() -> None:
+        """Every ``group_check_s`` (mode's timer, which keeps its pace), every events partition
+        this worker owns tells every partition of ``ended`` how far it is processed
+        (``streams.watermarks``); each round is written before the next one's check, as the
+        horizon's rule needs."""
+        async for _ in app.itertimer(settings.group_check_s, name="watermarks"):
+            state = generations.at(_generation(app))
+            if state is None:
+                continue
+            try:
+                await send_watermark_round(state)
+            except (KafkaError, ConsumerNotStarted, TimeoutError) as error:
+                log.warning("watermarks skipped this round: %s", error)  # the broker away
+
+    @app.task
+    async def claim_scored_through() -> None:
+        """Every ``group_check_s``, half a round after the watermarks (time for the scorers to
+        read a round): a claim made as a round is sent counts the round before, and its
+        samples wait a round longer. Each timer keeps its own pace: a slow round of one does
+        not hold the other."""
         ends = EndOffsets(bootstrap, timeout_s=5 * settings.group_check_s)
         try:
-            while True:
-                await asyncio.sleep(settings.group_check_s / 2)
-                await send_watermarks()
-                await asyncio.sleep(settings.group_check_s / 2)
+            await app.sleep(settings.group_check_s / 2)
+            async for _ in app.itertimer(settings.group_check_s, name="claims"):
                 await send_claims(ends)
         finally:
             await ends.close()
-
-    async def send_watermarks() -> None:
-        """Every events partition this worker owns tells every partition of ``ended`` how far
-        it is processed (``streams.watermarks``); each round is written before the next one's
-        check, as the horizon's rule needs."""
-        state = generations.at(_generation(app))
-        if state is None:
-            return
-        try:
-            await send_watermark_round(state)
-        except (KafkaError, ConsumerNotStarted, TimeoutError) as error:
-            log.warning("watermarks skipped this round: %s", error)  # the broker away
 
     @app.timer(interval=settings.group_check_s)
     async def expire_groups() -> None:
@@ -516,10 +518,6 @@ def create_streams_app(
 
 
 COMMIT_INTERVAL_S = 1.0
-BATCHES_BUFFERED = 4
-"""Fetched batches of forge.events, or of bundles (a partition's fetch each, up to 2
-messages' size), an agent holds before it stops fetching: Faust's default of 4,096 counts
-records."""
 METADATA_TIMEOUT_S = 10.0
 """How long the broker may take to say what the events floors were committed with."""
 STALL_PATIENCE_S = 30.0

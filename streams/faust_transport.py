@@ -27,7 +27,7 @@ topics read a fetched batch at a time.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Collection, Coroutine, Generator, Mapping, Sequence
+from collections.abc import Collection, Coroutine, Generator, Iterator, Mapping, Sequence
 from typing import Any, cast
 
 import aiokafka
@@ -66,6 +66,22 @@ class FetchedBatch(bytes):
                               last.timestamp_type, None, batch, None, 0, size, [])  # fmt: skip
 
 
+BATCHES_BUFFERED = 4
+"""Fetched batches (a partition's fetch each, up to 2 messages' size) an agent's stream holds
+before Faust stops fetching for it: Faust's default of 4,096 counts records."""
+
+
+def current_records(app: Any, event: Any) -> Iterator[ConsumerRecord[bytes, bytes]]:
+    """A batch's records, each while the flow is active and the batch's generation current:
+    the check Faust makes before each event it delivers, made before each record. A rebalance
+    suspends the flow as it begins; the rest is read again by the partition's next owner."""
+    generation = event.message.generation_id
+    for record in cast(FetchedBatch, event.value).records:
+        if not app.flow_control.is_active() or generation != app.consumer_generation_id:
+            return
+        yield record
+
+
 def batched(records: Mapping[TP, list[Any]], topics: Collection[str]) -> dict[TP, list[Any]]:
     """A fetch's records with each partition of ``topics`` as one ``FetchedBatch`` record."""
     return {
@@ -76,18 +92,21 @@ def batched(records: Mapping[TP, list[Any]], topics: Collection[str]) -> dict[TP
 
 class BatchCountingMonitor(Monitor):  # type: ignore[misc]
     """Faust's monitor, with the records of a topic Faust does not ack counted too (Faust
-    counts a message received only as it starts tracking its ack), and a ``FetchedBatch``
-    counted as the records it holds: the worker's metrics read records received and events a
-    second from it."""
+    counts a message received, and where it was read to, only as it starts tracking its ack),
+    and a ``FetchedBatch`` counted as the records it holds: the worker's metrics read records
+    received, events a second and the consumer lag from it."""
 
     def on_stream_event_in(self, tp: TP, offset: int, stream: Any, event: Any) -> Any:
         state = super().on_stream_event_in(tp, offset, stream, event)
         value = event.value
         records = len(value.records) if isinstance(value, FetchedBatch) else 1
         self.events_total += records - 1
+        self.events_by_stream[self.stream_lookup[stream]] += records - 1
+        self.events_by_task[self.task_lookup[stream.task_owner]] += records - 1
         if not event.message.tracked:  # not counted by on_message_in
             self.messages_received_total += records
             self.messages_received_by_topic[tp.topic] += records
+            self.tp_read_offsets[tp] = offset  # a batch's: its last record's
         return state
 
 

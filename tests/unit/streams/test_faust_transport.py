@@ -131,7 +131,8 @@ async def test_a_batched_topics_fetch_reaches_faust_as_one_record_a_partition():
 
     consumer._getmany = getmany
     consumer._get_active_partitions = lambda: set(fetched)
-    records, _ = await consumer._wait_next_records(0.1)
+    records, active = await consumer._wait_next_records(0.1)
+    assert active == set(fetched)  # Faust hands over only records of partitions still active
     assert records[TP("bundles", 0)] == other  # not named: one record each, as Faust has them
     assert records[TP("events", 2)] == []
     for tp, held in ((TP("events", 0), events0), (TP("events", 1), events1)):
@@ -172,22 +173,54 @@ def test_the_monitor_counts_a_batch_as_the_records_it_holds_and_unacked_records_
     unacked = _Event(_record("metrics", 0, 4).value, tracked=False)
     acked = _Event(_record("bundles", 0, 5).value, tracked=True)
     monitor.on_message_in(TP("bundles", 0), 5, acked.message)  # Faust: as it tracks the ack
-    for tp, event in ((TP("events", 0), _Event(batch.value, tracked=False)),
-                      (TP("metrics", 0), unacked), (TP("bundles", 0), acked)):  # fmt: skip
-        monitor.on_stream_event_in(tp, 0, stream, event)
+    for tp, offset, event in ((TP("events", 0), 3, _Event(batch.value, tracked=False)),
+                              (TP("metrics", 0), 4, unacked),
+                              (TP("bundles", 0), 5, acked)):  # fmt: skip
+        monitor.on_stream_event_in(tp, offset, stream, event)
     assert monitor.messages_received_by_topic == {"events": 3, "metrics": 1, "bundles": 1}
     assert monitor.messages_received_total == 5
-    assert monitor.events_total == 5
+    assert monitor.events_total == sum(monitor.events_by_stream.values()) == 5
+    # where each partition is read to (the consumer lag): a batch's last record
+    assert monitor.tp_read_offsets == {TP("events", 0): 3, TP("metrics", 0): 4, TP("bundles", 0): 5}
+
+
+class _App:
+    """What ``current_records`` reads of the app: whether the flow is on, the generation."""
+
+    def __init__(self) -> None:
+        self.active = True
+        self.consumer_generation_id = 7
+        self.flow_control = self
+
+    def is_active(self) -> bool:
+        return self.active
+
+
+def test_a_batch_is_given_up_at_the_record_where_a_rebalance_begins():
+    app = _App()
+    batch = faust_transport.FetchedBatch.record_of([_record("events", 0, o) for o in range(5)])
+    event = _Event(batch.value, tracked=False)
+    event.message.generation_id = 7
+    assert [r.offset for r in faust_transport.current_records(app, event)] == [0, 1, 2, 3, 4]
+    taken = []
+    for record in faust_transport.current_records(app, event):
+        taken.append(record.offset)
+        if record.offset == 1:
+            app.active = False  # the revoke suspends the flow while the agent works
+    assert taken == [0, 1]
+    app.active, app.consumer_generation_id = True, 8  # assigned again: a new generation
+    assert list(faust_transport.current_records(app, event)) == []
 
 
 class _Message:
     """What the monitor reads of a message: its value, whether its ack is tracked (and it
-    stamps time_in)."""
+    stamps time_in); its generation."""
 
     def __init__(self, value: bytes, tracked: bool) -> None:
         self.value = value
         self.tracked = tracked
         self.time_in: float | None = None
+        self.generation_id = 0
 
 
 class _Event:
