@@ -46,11 +46,16 @@ from infra.partitioner import RememberingPartitioner
 from schemas import codec
 from schemas.records import Envelope, TrainStep
 from schemas.topics import DLQ, EVENTS, MAX_MESSAGE_BYTES, TRAJECTORIES, TopicSpec
-from streams import bundles, faust_transport
+from streams import bundles
 from streams.config import StreamsSettings, load_pipeline_config
 from streams.dead_letters import DeadLetters
 from streams.deliveries import Deliveries
-from streams.faust_transport import BATCHES_BUFFERED, BatchCountingMonitor, current_records
+from streams.faust_transport import (
+    BATCHES_BUFFERED,
+    BatchCountingMonitor,
+    Transport,
+    current_records,
+)
 from streams.floor_commits import commit_with_metadata, committed_metadata
 from streams.group_scorer import GroupScorer
 from streams.live_sequencer import run_sequencer
@@ -116,7 +121,7 @@ def create_streams_app(
         broker_heartbeat_interval=3.0,
         Monitor=BatchCountingMonitor,
     )
-    app.transport = faust_transport.Transport(
+    app.transport = Transport(
         app.conf.broker_consumer,
         app,
         batched_topics=(settings.events_topic, ended_topic(settings.app_id)),
