@@ -30,8 +30,7 @@ import faust  # noqa: E402
 from schemas import codec  # noqa: E402
 from schemas.records import Envelope  # noqa: E402
 from schemas.topics import MAX_MESSAGE_BYTES  # noqa: E402
-from streams import faust_transport  # noqa: E402
-from streams.faust_transport import BATCHES_BUFFERED, current_records  # noqa: E402
+from streams.faust_transport import BATCHES_BUFFERED, Transport, current_records  # noqa: E402
 
 
 def main() -> None:
@@ -57,9 +56,7 @@ def main() -> None:
         consumer_max_fetch_size=MAX_MESSAGE_BYTES * 2,
         consumer_auto_offset_reset="earliest",
     )
-    app.transport = faust_transport.Transport(
-        app.conf.broker_consumer, app, batched_topics=(args.topic,)
-    )
+    app.transport = Transport(app.conf.broker_consumer, app, batched_topics=(args.topic,))
     events = app.topic(args.topic, key_type=bytes, value_type=bytes, acks=False,
                        maxsize=BATCHES_BUFFERED)  # fmt: skip
     started: list[float] = []

@@ -8,14 +8,15 @@ import signal
 import subprocess
 import sys
 import time
-import urllib.request
 import uuid
 from datetime import timedelta
 from pathlib import Path
 
+import httpx
 import numpy as np
 import pytest
 import yaml
+from prometheus_client.parser import text_string_to_metric_families
 
 from infra.kafka_clients import ensure_topics, sync_producer
 from infra.local_broker import free_port
@@ -158,14 +159,11 @@ def run_until_complete(kafka, cmd, env, train, expected: int):
 
 
 def scraped(port: int) -> dict[str, float]:
-    """The worker's /metrics: sample name (with labels) -> value."""
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as reply:
-        text = reply.read().decode()
-    return {
-        name: float(value)
-        for name, value in (line.rsplit(" ", 1) for line in text.splitlines())
-        if not name.startswith("#")
-    }
+    """The worker's /metrics, read by prometheus_client's own parser: the value of each
+    sample without labels, by its name."""
+    text = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=10).text
+    families = text_string_to_metric_families(text)
+    return {s.name: s.value for family in families for s in family.samples if not s.labels}
 
 
 def stop(worker) -> None:
