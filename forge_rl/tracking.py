@@ -38,12 +38,15 @@ class TrackingError(ForgeError):
 
 
 def step_scalars(step: TrainStep) -> dict[str, float]:
-    """Every numeric field of ``step`` except ``step`` itself, as ``train/<field>``."""
+    """Every numeric field of ``step`` except ``step`` itself, as ``train/<field>``, and the
+    samples it trained per domain as ``train/domain_samples/<domain>``."""
     scalars = {}
     for f in dataclasses.fields(step):
         value = getattr(step, f.name)
         if f.name not in NOT_SCALARS and isinstance(value, int | float):  # bool is an int
             scalars[PREFIX + f.name] = float(value)
+    for domain, count in step.domain_samples.items():
+        scalars[f"{PREFIX}domain_samples/{domain}"] = float(count)
     return scalars
 
 

@@ -62,6 +62,27 @@ class RolloutStarted(Record):
     metadata: dict[str, str] = field(default_factory=dict)
     queue_index: int = -1
     key_hash: str = ""
+    domain: str = "default"
+
+
+@dataclass(eq=False, slots=True)
+class ToolResult(Record):
+    """A tool message sent back by the agent: the result of an earlier tool call."""
+
+    schema_name: ClassVar[str] = "forge.ToolResult"
+    tool_call_id: str
+    content: str
+
+
+@dataclass(eq=False, slots=True)
+class ToolCall(Record):
+    """A tool call a completion made; a malformed one has an empty id and name."""
+
+    schema_name: ClassVar[str] = "forge.ToolCall"
+    tool_call_id: str
+    name: str
+    well_formed: bool
+    known: bool
 
 
 @dataclass(eq=False, slots=True)
@@ -81,6 +102,7 @@ class ModelRequest(Record):
     max_tokens: int | None = None
     n: int = 1
     seed: int | None = None
+    tool_results: list[ToolResult] = field(default_factory=list)
 
 
 @dataclass(eq=False, slots=True)
@@ -94,6 +116,7 @@ class ModelResponse(Record):
     choice_index: int = 0
     completion_text: str | None = None
     latency_ms: float = 0.0
+    tool_calls: list[ToolCall] = field(default_factory=list)
 
 
 @dataclass(eq=False, slots=True)
@@ -104,11 +127,17 @@ class ProcessSignal(Record):
     value: float
 
 
+TRUNCATED = "truncated"
+"""The ``RolloutFinished.status`` of a rollout ended early as hopeless: by the gateway's
+truncation rule, or by its environment. It is scored with its domain's truncated outcome."""
+
+
 @dataclass(eq=False, slots=True)
 class RolloutFinished(Record):
     schema_name: ClassVar[str] = "forge.RolloutFinished"
     status: str
     outcome_reward: float | None = None
+    reason: str = ""
 
 
 @dataclass(eq=False, slots=True)
@@ -219,6 +248,9 @@ class Trajectory(Record):
     scoring_s: float = field(default=0.0, compare=False)
     """Seconds the process that scored this trajectory's group spent on it (the same for every
     member): a replay's is its own. A measurement, not content: left out of equality."""
+    domain: str = "default"
+    group_reward_spread: float = 0.0
+    """Highest minus lowest total reward in its group: 0 when the group teaches nothing."""
 
 
 @dataclass(eq=False, slots=True)
@@ -288,6 +320,7 @@ class TrainStep(Record):
     """... and the export and checkpoint that followed the previous step."""
     checkpoint_s: float = 0.0
     queue_head: int = -1
+    domain_samples: dict[str, int] = field(default_factory=dict)
 
 
 @dataclass(eq=False, slots=True)
@@ -305,6 +338,8 @@ class DeadLetter(Record):
 
 RECORD_TYPES: tuple[type[Record], ...] = (
     RolloutStarted,
+    ToolResult,
+    ToolCall,
     ModelRequest,
     ModelResponse,
     ProcessSignal,

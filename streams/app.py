@@ -149,7 +149,7 @@ def create_streams_app(
                        internal=True)  # fmt: skip
     dlq = app.topic(DLQ.name, key_type=bytes, value_type=bytes)
 
-    timeout = timedelta(seconds=config.group_timeout_s)
+    timeout = config.longest_group_timeout
     lateness = timedelta(seconds=settings.lateness_s)
     generations = Generations(
         lambda generation: LiveState(
@@ -232,7 +232,7 @@ def create_streams_app(
         newest = newest_claimed([record.value for record in claimed])
         if newest is not None:
             horizon.knew(newest)
-        found = ScorerPartition(GroupScorer(timeout, config.rewards, settled), horizon)
+        found = ScorerPartition(GroupScorer(config, settled), horizon)
         return state.scorers.setdefault(partition, found)
 
     async def send_mark(groups: GroupScorer, partition: int, group: bytes,

@@ -15,7 +15,9 @@ from collections.abc import Container
 from dataclasses import dataclass, field
 from datetime import datetime
 
+from schemas.pipeline_file import DEFAULT_DOMAIN
 from schemas.records import (
+    TRUNCATED,
     Envelope,
     EventsVoided,
     ModelRequest,
@@ -26,6 +28,7 @@ from schemas.records import (
     RolloutStarted,
     TrajectoryCall,
 )
+from schemas.tool_outcomes import StepTools
 
 
 def sequence_id(call_id: str, choice: int) -> str:
@@ -56,12 +59,17 @@ class AssembledRollout:
     group_size: int
     queue_index: int
     status: str
-    """"finished" or "aborted"."""
+    """"finished", "aborted" or "truncated" (ended early as hopeless: by the gateway's rule or
+    the environment, ``RolloutFinished.status``)."""
     outcome: float | None
     started_ts: datetime
     ended_ts: datetime
     calls: tuple[TrajectoryCall, ...]
     signals: tuple[tuple[int, float], ...]
+    domain: str = DEFAULT_DOMAIN
+    tools: tuple[StepTools, ...] = ()
+    """Per step, the tool calls its first choice made and the tool results its request
+    carried (``schemas.tool_outcomes``)."""
 
     @property
     def steps(self) -> int:
@@ -122,7 +130,16 @@ class RolloutAssembly:
             elif isinstance(p, ProcessSignal):
                 signals.append((p.step, p.value))
         calls = []
+        tools = []
         for call_id, (step, req) in requests.items():
+            first = min(responses.get(call_id, []), key=lambda r: r.choice_index, default=None)
+            tools.append(
+                StepTools(
+                    calls=tuple(first.tool_calls) if first is not None else (),
+                    results=tuple(req.tool_results),
+                    completion_text=(first.completion_text or "") if first is not None else "",
+                )
+            )
             seen_choices: set[int] = set()
             for resp in sorted(responses.get(call_id, []), key=lambda r: r.choice_index):
                 if resp.choice_index in seen_choices:
@@ -146,17 +163,22 @@ class RolloutAssembly:
                     )
                 )
         end = self.ended.payload
-        finished = isinstance(end, RolloutFinished)
+        if isinstance(end, RolloutFinished):
+            status = TRUNCATED if end.status == TRUNCATED else "finished"
+        else:
+            status = "aborted"
         return AssembledRollout(
             rollout_id=self.rollout_id,
             task_id=start.task_id,
             group_id=start.group_id,
             group_size=start.group_size,
             queue_index=start.queue_index,
-            status="finished" if finished else "aborted",
+            status=status,
             outcome=end.outcome_reward if isinstance(end, RolloutFinished) else None,
             started_ts=self.started.ts,
             ended_ts=self.ended.ts,
             calls=tuple(calls),
             signals=tuple(signals),
+            domain=start.domain,
+            tools=tuple(tools),
         )

@@ -2,56 +2,15 @@
 
 from __future__ import annotations
 
-import math
 from pathlib import Path
 
-import yaml
-from pydantic import (
-    BaseModel,
-    ConfigDict,
-    Field,
-    SecretStr,
-    ValidationError,
-    field_validator,
-    model_validator,
-)
+from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import SettingsConfigDict
 
 from infra.settings import ForgeSettings
-from schemas.errors import ConfigError
+from schemas.pipeline_file import read_pipeline_file
 from schemas.topics import EVENTS, METRICS, POLICY, QUEUE, TRAIN, TRAJECTORIES
 from streams.pipeline import PipelineConfig
-from streams.rewards import RewardConfig
-
-
-class PipelineFile(BaseModel):
-    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
-
-    rewards: RewardConfig = Field(default_factory=RewardConfig)
-    window: int | None = Field(default=64, ge=1)
-    item_timeout_s: float | None = Field(default=900.0, gt=0)
-    group_timeout_s: float = Field(default=900.0, gt=0)
-    max_staleness: int | None = Field(default=None, ge=0)
-
-    @field_validator("rewards")
-    @classmethod
-    def _finite_rewards(cls, rewards: RewardConfig) -> RewardConfig:
-        """A NaN or infinite weight turns every reward into NaN without an error anywhere."""
-        for name, value in rewards.model_dump().items():
-            if not math.isfinite(value):
-                raise ValueError(f"{name} must be a finite number (got {value})")
-        return rewards
-
-    @model_validator(mode="after")
-    def _items_outlast_groups(self) -> PipelineFile:
-        """A queue slot timing out before its group does would drop every member of a group
-        still waiting for a straggler, the group timeout never getting its chance."""
-        if self.item_timeout_s is not None and self.item_timeout_s < self.group_timeout_s:
-            raise ValueError(
-                f"item_timeout_s ({self.item_timeout_s:g}) must be at least group_timeout_s "
-                f"({self.group_timeout_s:g})"
-            )
-        return self
 
 
 def load_pipeline_config(path: Path | None) -> PipelineConfig:
@@ -59,29 +18,17 @@ def load_pipeline_config(path: Path | None) -> PipelineConfig:
     a one-line ``ConfigError`` naming it."""
     if path is None:
         return PipelineConfig()
-    try:
-        parsed = PipelineFile.model_validate(yaml.safe_load(path.read_text()) or {})
-    except OSError as exc:
-        raise ConfigError(f"pipeline file {path}: {exc.strerror}") from exc
-    except yaml.YAMLError as exc:
-        raise ConfigError(
-            f"pipeline file {path}: not valid YAML ({' '.join(str(exc).split())})"
-        ) from exc
-    except ValidationError as exc:
-        problems = "; ".join(_problem(err["loc"], err["msg"]) for err in exc.errors())
-        raise ConfigError(f"pipeline file {path}: {problems}") from None
+    parsed = read_pipeline_file(path)
     return PipelineConfig(
         rewards=parsed.rewards,
+        tool_rewards=parsed.tool_rewards,
         window=parsed.window,
         item_timeout_s=parsed.item_timeout_s,
         group_timeout_s=parsed.group_timeout_s,
         max_staleness=parsed.max_staleness,
+        drop_uniform_groups=parsed.drop_uniform_groups,
+        domains=parsed.resolved_domains(),
     )
-
-
-def _problem(loc: tuple[int | str, ...], msg: str) -> str:
-    message = msg.removeprefix("Value error, ")
-    return f"{'.'.join(map(str, loc))}: {message}" if loc else message
 
 
 class StreamsSettings(ForgeSettings):

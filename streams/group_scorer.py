@@ -21,8 +21,8 @@ from streams import bundles
 from streams.assembler import AssembledRollout, RolloutAssembly
 from streams.commit_floor import CommitFloor
 from streams.groups import deadline, settle_group
-from streams.rewards import RewardConfig
-from streams.scoring import score_trajectories
+from streams.pipeline import PipelineConfig
+from streams.scoring import group_domain, score_trajectories
 from streams.settled_groups import SettledGroups, SettledMark
 
 
@@ -58,9 +58,8 @@ class Settlement:
 
 
 class GroupScorer:
-    def __init__(self, timeout: timedelta, rewards: RewardConfig, settled: SettledGroups) -> None:
-        self.timeout = timeout
-        self.rewards = rewards
+    def __init__(self, config: PipelineConfig, settled: SettledGroups) -> None:
+        self.config = config
         self.settled = settled
         self.floor: CommitFloor[bytes] = CommitFloor()
         self._open: dict[bytes, dict[str, Member]] = {}
@@ -91,20 +90,21 @@ class GroupScorer:
             members = {**members, arrived.rollout_id: arrived}
         if not members:
             return None
-        settled = settle_group([m.assembled for m in members.values()],
-                               horizon or _NEVER, self.timeout)  # fmt: skip
+        assembled = [m.assembled for m in members.values()]
+        timeout = self.config.group_timeout(group_domain(assembled))
+        settled = settle_group(assembled, horizon or _NEVER, timeout)
         self.floor.hold(group, offset)
         if settled is None:
             self._open[group] = members
             return None
         self._open.pop(group, None)
-        scored = score_trajectories(settled.members, self.rewards, settled.completed_at)
+        scored = score_trajectories(settled.members, self.config, settled.completed_at)
         late = "ended after its group's timeout"
         dead = [
             (members[m.rollout_id].bundle, f"rollout {m.rollout_id} {late}") for m in settled.late
         ]
         dead += [(members[r.rollout.rollout_id].bundle, r.reason) for r in scored.rejected]
-        due = deadline((m.assembled for m in members.values()), self.timeout)
+        due = deadline(assembled, timeout)
         mark = SettledMark(settled.timed_out, frozenset(members), due)
         self._settling[group] = mark
         if scored.trajectories:
@@ -144,10 +144,12 @@ class GroupScorer:
     def due(self, horizon: datetime) -> list[bytes]:
         """Open groups whose deadline ``horizon`` has passed."""
         return [
-            group
-            for group, members in self._open.items()
-            if deadline((m.assembled for m in members.values()), self.timeout) <= horizon
+            group for group, members in self._open.items() if self._deadline(members) <= horizon
         ]
+
+    def _deadline(self, members: dict[str, Member]) -> datetime:
+        assembled = [m.assembled for m in members.values()]
+        return deadline(assembled, self.config.group_timeout(group_domain(assembled)))
 
 
 SCORED_AT_TIMEOUT = "member of a group scored at its timeout"

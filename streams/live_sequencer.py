@@ -192,7 +192,11 @@ async def _sequence(
         )
         log.info("sequencer term: forge.train holds %d samples", len(emitted))
         sequencer = EventTimeSequencer(
-            config.window, config.item_timeout_s, config.max_staleness, consumed=emitted
+            config.window,
+            config.item_timeout_s,
+            config.max_staleness,
+            consumed=emitted,
+            drop_uniform_groups=config.drop_uniform_groups,
         )
         await consumer.start()
         claims_topic = scored_through_topic(settings.app_id)

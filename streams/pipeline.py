@@ -12,26 +12,49 @@ Replays run exactly this.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
+from schemas.pipeline_file import Domain, RewardConfig, ToolRewards, Truncation
 from schemas.records import Envelope, PolicyUpdated, QueueEntry, TrainSample, Trajectory
 from streams.assembler import AssembledRollout, RolloutAssembly
 from streams.bundles import oversize_events
 from streams.groups import settle_group
-from streams.rewards import RewardConfig
 from streams.scoring import score_trajectories
 from streams.sequencer import EventTimeSequencer
 
 
 @dataclass(frozen=True)
 class PipelineConfig:
+    """The pipeline file as the worker and a replay apply it. ``rewards``, ``tool_rewards`` and
+    ``group_timeout_s`` are what a domain the file does not name is scored with (a log written
+    under another file): a replay re-scores any log, never refuses one."""
+
     rewards: RewardConfig = field(default_factory=RewardConfig)
+    tool_rewards: ToolRewards = field(default_factory=ToolRewards)
     window: int | None = 64
     item_timeout_s: float | None = 900.0
     group_timeout_s: float = 900.0
     max_staleness: int | None = None
+    drop_uniform_groups: bool = False
+    domains: Mapping[str, Domain] = field(default_factory=dict)
+
+    def domain(self, name: str) -> Domain:
+        found = self.domains.get(name)
+        if found is not None:
+            return found
+        return Domain(name, 1.0, None, self.group_timeout_s, self.rewards, self.tool_rewards,
+                      Truncation())  # fmt: skip
+
+    def group_timeout(self, domain: str) -> timedelta:
+        return timedelta(seconds=self.domain(domain).group_timeout_s)
+
+    @property
+    def longest_group_timeout(self) -> timedelta:
+        """Bounds what the worker keeps for a group (open rollouts, settled marks)."""
+        longest = max([self.group_timeout_s, *(d.group_timeout_s for d in self.domains.values())])
+        return timedelta(seconds=longest)
 
 
 @dataclass
@@ -44,14 +67,17 @@ class PipelineResult:
 
 
 def _complete_groups(
-    rollouts: list[AssembledRollout], horizon: datetime, timeout: timedelta, stats: Counter[str]
+    rollouts: list[AssembledRollout],
+    horizon: datetime,
+    config: PipelineConfig,
+    stats: Counter[str],
 ) -> list[tuple[datetime, list[AssembledRollout]]]:
     groups: dict[str, list[AssembledRollout]] = {}
     for r in rollouts:
         groups.setdefault(r.group_id, []).append(r)
     done = []
     for members in groups.values():
-        settled = settle_group(members, horizon, timeout)
+        settled = settle_group(members, horizon, config.group_timeout(members[0].domain))
         if settled is None:
             stats["groups_open"] += 1
             continue
@@ -87,11 +113,16 @@ def process_log(
             rollouts.append(assembly.assemble())
     if horizon is None:
         return PipelineResult([], [], stats)
-    groups = _complete_groups(rollouts, horizon, timedelta(seconds=config.group_timeout_s), stats)
+    groups = _complete_groups(rollouts, horizon, config, stats)
     trajectories: list[Trajectory] = []
-    sequencer = EventTimeSequencer(config.window, config.item_timeout_s, config.max_staleness)
+    sequencer = EventTimeSequencer(
+        config.window,
+        config.item_timeout_s,
+        config.max_staleness,
+        drop_uniform_groups=config.drop_uniform_groups,
+    )
     for completed_at, members in groups:
-        scored = score_trajectories(members, config.rewards, completed_at)
+        scored = score_trajectories(members, config, completed_at)
         stats["rollouts_rejected"] += len(scored.rejected)  # the live worker dead-letters them
         for traj in scored.trajectories:
             trajectories.append(traj)

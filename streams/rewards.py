@@ -1,13 +1,17 @@
 """Rewards as pure functions of a group's finished and aborted rollouts.
 
 For rollout i of a group, with T_i steps (one step per model call, in call order):
-- process reward  r_t^perf  = w_process · Σ values of ProcessSignals with step t (a signal
-  past the last step counts at the last step), plus at the last step the outcome reward
-  w_outcome · outcome_i (aborted rollouts: ``aborted_outcome``; no outcome given: 0);
+- process reward  r_t^perf  = w_process · Σ values of the process signals with step t (a
+  signal past the last step counts at the last step): the task's own ProcessSignals, and the
+  tool-outcome signals (``schemas.tool_outcomes``) at every step the task gave none for — a
+  task's own signals win where both exist; plus at the last step the outcome reward
+  w_outcome · outcome_i (aborted rollouts: ``aborted_outcome``; truncated ones without an
+  outcome of their own: ``truncated_outcome``; no outcome given: 0);
 - completion-time reward r^speed_i = w_speed · clip((d̄ - d_i) / d̄, -c, c) at the last step,
   where d_i is the rollout's duration (RolloutStarted → RolloutFinished, event time) and d̄
   the mean duration of the group's finished members: faster than the group is rewarded,
-  slower penalised. Aborted rollouts, a group with one finished member, or d̄ = 0 get 0;
+  slower penalised. Aborted and truncated rollouts (short because they were cut, not fast),
+  a group with one finished member, or d̄ = 0 get 0;
 - reward-to-go R_t = Σ_{p≥t} (r_p^speed + r_p^perf);
 - advantage Â_t = R_t - B, with B the mean of R_0 over all group members.
 """
@@ -17,17 +21,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from pydantic import BaseModel, ConfigDict, Field
-
-
-class RewardConfig(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    process_weight: float = 1.0
-    outcome_weight: float = 1.0
-    speed_weight: float = 0.1
-    speed_clip: float = Field(default=1.0, gt=0)
-    aborted_outcome: float = 0.0
+from schemas.pipeline_file import RewardConfig
 
 
 @dataclass(frozen=True)
@@ -39,6 +33,7 @@ class MemberResult:
     outcome: float | None
     duration_s: float
     aborted: bool
+    truncated: bool = False
 
 
 @dataclass(frozen=True)
@@ -52,6 +47,14 @@ class ScoredRollout:
     total: float
     """R_0, or the outcome and speed rewards alone for a rollout without steps."""
     speed_reward: float
+
+
+def merge_signals(
+    task: Sequence[tuple[int, float]], tools: Sequence[tuple[int, float]]
+) -> tuple[tuple[int, float], ...]:
+    """The task's signals, and the tool signals of every step the task gave none for."""
+    task_steps = {step for step, _ in task}
+    return (*task, *((step, value) for step, value in tools if step not in task_steps))
 
 
 def process_rewards(steps: int, signals: Sequence[tuple[int, float]], weight: float) -> list[float]:
@@ -82,14 +85,19 @@ def rewards_to_go(rewards: Sequence[float]) -> list[float]:
 
 
 def score_group(members: Sequence[MemberResult], config: RewardConfig) -> list[ScoredRollout]:
-    finished = [m.duration_s for m in members if not m.aborted]
+    finished = [m.duration_s for m in members if not (m.aborted or m.truncated)]
     partial = []
     for m in members:
         rewards = process_rewards(m.steps, m.signals, config.process_weight)
-        outcome = config.aborted_outcome if m.aborted else (m.outcome or 0.0)
+        if m.aborted:
+            outcome = config.aborted_outcome
+        elif m.truncated and m.outcome is None:
+            outcome = config.truncated_outcome
+        else:
+            outcome = m.outcome or 0.0
         speed = (
             0.0
-            if m.aborted
+            if m.aborted or m.truncated
             else completion_time_reward(
                 m.duration_s, finished, config.speed_weight, config.speed_clip
             )

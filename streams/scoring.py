@@ -17,12 +17,18 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from typing import TYPE_CHECKING
 
 from schemas import codec
-from schemas.records import Trajectory
+from schemas.pipeline_file import DEFAULT_DOMAIN, ToolRewards
+from schemas.records import TRUNCATED, Trajectory
+from schemas.tool_outcomes import tool_signals
 from streams.assembler import AssembledRollout
 from streams.message_size import MESSAGE_LIMIT, size_bound, too_large
-from streams.rewards import MemberResult, RewardConfig, score_group
+from streams.rewards import MemberResult, merge_signals, score_group
+
+if TYPE_CHECKING:  # the pipeline scores through here
+    from streams.pipeline import PipelineConfig
 
 
 @dataclass(frozen=True)
@@ -60,33 +66,43 @@ def oversize_trajectory(trajectory: Trajectory) -> str | None:
     return None if reason is None else f"{reason}: not sent"
 
 
+def group_domain(members: Sequence[AssembledRollout]) -> str:
+    """A group's domain. Its members share one; in a log where they do not, the least name,
+    whatever order they were read in."""
+    return min((m.domain for m in members), default=DEFAULT_DOMAIN)
+
+
+def member_result(member: AssembledRollout, tools: ToolRewards) -> MemberResult:
+    derived = [(s.step, s.value) for s in tool_signals(member.tools, tools)]
+    return MemberResult(
+        rollout_id=member.rollout_id,
+        steps=member.steps,
+        signals=merge_signals(member.signals, derived),
+        outcome=member.outcome,
+        duration_s=member.duration_s,
+        aborted=member.status == "aborted",
+        truncated=member.status == TRUNCATED,
+    )
+
+
 def score_trajectories(
     members: Sequence[AssembledRollout],
-    config: RewardConfig,
+    config: PipelineConfig,
     completed_at: datetime,
     clock: Callable[[], float] = time.perf_counter,
 ) -> ScoredGroup:
-    """Each call carries its step's reward r_t, reward-to-go R_t and advantage Â_t; each
-    trajectory the ``clock`` seconds this took for the whole group (checks, rewards,
-    advantages, message sizes) as ``scoring_s``."""
+    """Each call carries its step's reward r_t, reward-to-go R_t and advantage Â_t, under the
+    rules of the group's domain; each trajectory the ``clock`` seconds this took for the whole
+    group (checks, rewards, advantages, message sizes) as ``scoring_s``, and the spread of the
+    group's total rewards (0: nothing to learn from the group)."""
     started = clock()
+    domain = config.domain(group_domain(members))
     verdicts = [(m, unscorable(m)) for m in members]
     rejected = [Rejected(m, reason) for m, reason in verdicts if reason is not None]
     valid = [m for m, reason in verdicts if reason is None]
-    scored = score_group(
-        [
-            MemberResult(
-                rollout_id=m.rollout_id,
-                steps=m.steps,
-                signals=m.signals,
-                outcome=m.outcome,
-                duration_s=m.duration_s,
-                aborted=m.status == "aborted",
-            )
-            for m in valid
-        ],
-        config,
-    )
+    scored = score_group([member_result(m, domain.tool_rewards) for m in valid], domain.rewards)
+    totals = [score.total for score in scored]
+    spread = max(totals) - min(totals) if totals else 0.0
     out = []
     for member, score in zip(valid, scored, strict=True):
         calls = [
@@ -110,6 +126,8 @@ def score_trajectories(
             outcome_reward=member.outcome,
             total_reward=score.total,
             group_completed_ts=completed_at,
+            domain=member.domain,
+            group_reward_spread=spread,
         )
         reason = oversize_trajectory(trajectory)
         if reason is None:

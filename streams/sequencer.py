@@ -29,12 +29,16 @@ class EventTimeSequencer:
     max_staleness: int | None = None
     consumed: frozenset[int] = frozenset()
     """Queue indices already emitted (before a restart): consumed, never emitted again."""
+    drop_uniform_groups: bool = False
+    """Drop a trajectory whose group's members all got the same total reward (nothing to
+    learn), counted as ``dropped_no_signal`` and per domain as ``dropped_no_signal:<domain>``."""
     stats: Counter[str] = field(default_factory=Counter)
     recorded: list[Trajectory] = field(default_factory=list)
     """Each rollout's first completion applied (not yet drained): the one the FIFO keeps, and
     so the one analytics record — a group scored twice (at-least-once) is in forge.trajectories
     twice, only its first scoring counts. Consumed indices are left out: recorded before."""
     _recorded_ids: set[str] = field(default_factory=set)
+    _no_signal: set[int] = field(default_factory=set)
     _facts: list[tuple[float, int, int, int, object]] = field(default_factory=list)
     _tiebreak: itertools.count[int] = field(default_factory=itertools.count)
     _applied_until: float = float("-inf")
@@ -96,6 +100,7 @@ class EventTimeSequencer:
         self.stats["emitted"] = fifo.emitted
         self.stats["dropped_timeout"] = fifo.dropped_timeout
         self.stats["dropped_stale"] = fifo.dropped_stale
+        self.stats["dropped_no_signal"] = fifo.dropped_no_signal
         self.stats["late_completions"] = fifo.late
         self.stats["pending"] = self._fifo.pending()
         return out
@@ -109,7 +114,13 @@ class EventTimeSequencer:
             assert isinstance(fact, Trajectory)
             if index not in self.consumed:
                 self._record(fact)
-            self._fifo.complete(index, fact, oldest_policy(fact.calls, self._version))
+            trainable = not (self.drop_uniform_groups and fact.group_reward_spread == 0.0)
+            if not trainable and index not in self.consumed and index not in self._no_signal:
+                self._no_signal.add(index)
+                self.stats[f"dropped_no_signal:{fact.domain}"] += 1
+            self._fifo.complete(
+                index, fact, oldest_policy(fact.calls, self._version), trainable=trainable
+            )
 
     def _record(self, trajectory: Trajectory) -> None:
         if trajectory.rollout_id not in self._recorded_ids:

@@ -7,6 +7,8 @@ Queue Q = [T0 … TN-1] (indices are forge.queue offsets), head h, window W:
 - an item not completed within ``timeout_s`` of entering the queue (event time) is resolved
   as dropped, so one dead agent cannot block the head;
 - a completed item more than ``max_staleness`` policy versions behind is dropped, counted;
+- a completed item with nothing to train (``complete(..., trainable=False)``) is dropped as it
+  completes, counted: it takes its place in the order like any other and holds no one back;
 - an index in ``consumed`` (already emitted before a restart, known by identity) is consumed
   as soon as its queue entry is seen, whether or not its completion is still in the log.
 W=1 is strict FIFO and W=None (∞) is greedy completion order: the same code, another W.
@@ -31,7 +33,7 @@ class Emitted(Generic[T]):
 @dataclass(frozen=True)
 class Dropped:
     index: int
-    reason: Literal["timeout", "stale"]
+    reason: Literal["timeout", "stale", "no_signal"]
 
 
 @dataclass
@@ -39,6 +41,7 @@ class FifoStats:
     emitted: int = 0
     dropped_timeout: int = 0
     dropped_stale: int = 0
+    dropped_no_signal: int = 0
     late: int = 0
     """Completions that arrived after their item was resolved (timed out)."""
 
@@ -63,7 +66,7 @@ class WindowedFifo(Generic[T]):
     _ready: list[int] = field(default_factory=list)
     _deadlines: list[tuple[float, int]] = field(default_factory=list)
     _high_water: int = 0
-    _early: dict[int, tuple[T, int]] = field(default_factory=dict)
+    _early: dict[int, tuple[T, int, bool]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if self.window is not None and self.window < 1:
@@ -89,7 +92,7 @@ class WindowedFifo(Generic[T]):
         if early is not None:
             self.complete(index, *early)
 
-    def complete(self, index: int, item: T, policy_version: int) -> None:
+    def complete(self, index: int, item: T, policy_version: int, trainable: bool = True) -> None:
         """Item ``index`` finished; ``policy_version`` is the oldest policy that generated it.
 
         A completion may arrive before its queue entry (another topic); it waits for it.
@@ -97,13 +100,17 @@ class WindowedFifo(Generic[T]):
         if index in self.consumed:
             return
         if index >= self._high_water:
-            self._early.setdefault(index, (item, policy_version))
+            self._early.setdefault(index, (item, policy_version, trainable))
             return
         slot = self._slots.get(index)
         if slot is None:
             self.stats.late += 1
             return
         if slot.completed:
+            return
+        if not trainable:
+            del self._slots[index]
+            self.stats.dropped_no_signal += 1
             return
         slot.item, slot.policy_version, slot.completed = item, policy_version, True
         heapq.heappush(self._ready, index)

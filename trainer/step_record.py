@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from datetime import datetime
 
 from schemas.records import TrainSample, TrainStep
@@ -56,6 +57,7 @@ def train_step_record(
         export_s=times.export,
         checkpoint_s=times.checkpoint,
         queue_head=max([queue_head, *(consumed_below(x) for x in samples)]),
+        domain_samples=dict(Counter(x.trajectory.domain for x in samples)),
     )
 
 

@@ -15,11 +15,11 @@ import pytest
 from infra.analytics import query_rows
 from infra.log_reader import LogRange, read_log
 from infra.tiny_model import save_tiny_policy
+from schemas.pipeline_file import RewardConfig
 from schemas.records import ModelResponse, TrainSample
 from schemas.topics import derived_train_topic
 from streams.pipeline import PipelineConfig
 from streams.replay import ReplaySources, run_replay
-from streams.rewards import RewardConfig
 from tests.gateway_harness import running_gateway
 from trainer.sequences import call_sequences
 

@@ -42,11 +42,12 @@ class ListSink:
 
 
 def test_every_numeric_field_but_the_step_is_a_scalar():
-    scalars = step_scalars(train_step(3, skipped_nonfinite=True, wait_data_s=0.25))
-    numeric = {
-        f.name for f in dataclasses.fields(TrainStep) if f.name not in {"step", "ts", "sample_ids"}
-    }
-    assert set(scalars) == {f"train/{name}" for name in numeric}
+    step = train_step(3, skipped_nonfinite=True, wait_data_s=0.25, domain_samples={"qa": 3})
+    scalars = step_scalars(step)
+    not_scalars = {"step", "ts", "sample_ids", "domain_samples"}
+    numeric = {f.name for f in dataclasses.fields(TrainStep) if f.name not in not_scalars}
+    assert set(scalars) == {f"train/{name}" for name in numeric} | {"train/domain_samples/qa"}
+    assert scalars["train/domain_samples/qa"] == 3.0
     assert scalars["train/loss"] == 0.25 and scalars["train/policy_version"] == 4.0
     assert scalars["train/skipped_nonfinite"] == 1.0 and scalars["train/wait_data_s"] == 0.25
     assert all(type(v) is float for v in scalars.values())

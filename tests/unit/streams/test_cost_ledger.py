@@ -22,6 +22,7 @@ from infra.analytics import (
 from schemas import codec
 from schemas.records import Envelope, TrainStep, Trajectory, TrajectoryCall
 from streams.assembler import AssembledRollout
+from streams.pipeline import PipelineConfig
 from streams.reports import (
     COST_BY_FATE,
     COSTS,
@@ -31,7 +32,6 @@ from streams.reports import (
     cost_reports,
     costs_over_time,
 )
-from streams.rewards import RewardConfig
 from streams.scoring import score_trajectories
 from streams.sinks import (
     CALL_COLUMNS,
@@ -307,7 +307,7 @@ def test_each_scored_member_carries_its_groups_scoring_time():
 
     members = [member("a", 0), member("b", 1)]
     ticks = iter((10.0, 10.25))
-    scored = score_trajectories(members, RewardConfig(), at(1), clock=lambda: next(ticks))
+    scored = score_trajectories(members, PipelineConfig(), at(1), clock=lambda: next(ticks))
     assert [t.scoring_s for t in scored.trajectories] == [0.25, 0.25]
 
 

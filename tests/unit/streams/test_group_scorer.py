@@ -11,12 +11,12 @@ import numpy as np
 import pytest
 
 from schemas import codec
+from schemas.pipeline_file import RewardConfig
 from schemas.records import ProcessSignal, QueueEntry
 from streams import bundles
 from streams.group_scorer import GroupScorer
 from streams.message_size import MESSAGE_LIMIT
 from streams.pipeline import PipelineConfig, process_log
-from streams.rewards import RewardConfig
 from streams.settled_groups import SettledGroups
 from tests.builders import T0, model_request
 from tests.unit.streams.test_pipeline import env, rollout
@@ -25,7 +25,12 @@ TIMEOUT = timedelta(seconds=60)
 
 
 def scorer(settled: SettledGroups | None = None) -> GroupScorer:
-    return GroupScorer(TIMEOUT, RewardConfig(speed_weight=0.0), settled or SettledGroups(TIMEOUT))
+    return GroupScorer(
+        PipelineConfig(
+            rewards=RewardConfig(speed_weight=0.0), group_timeout_s=TIMEOUT.total_seconds()
+        ),
+        settled or SettledGroups(TIMEOUT),
+    )
 
 
 class Arrivals:

@@ -18,7 +18,6 @@ from schemas.records import QueueEntry
 from streams import bundles
 from streams.group_scorer import GroupScorer
 from streams.pipeline import PipelineConfig, process_log
-from streams.rewards import RewardConfig
 from streams.settled_groups import SettledGroups, SettledMark
 from streams.watermarks import SharedHorizon, Watermark, tick_horizon
 from tests.builders import T0
@@ -52,7 +51,9 @@ def mutations(valid: bytes):
 @given(mutations(BUNDLE))
 @settings(max_examples=800, deadline=None)
 def test_bytes_offered_as_a_bundle_are_a_member_or_a_value_error(data):
-    groups = GroupScorer(TIMEOUT, RewardConfig(), SettledGroups(TIMEOUT))
+    groups = GroupScorer(
+        PipelineConfig(group_timeout_s=TIMEOUT.total_seconds()), SettledGroups(TIMEOUT)
+    )
     before = (groups.open_groups, groups.floor.floor())
     try:
         groups.offer(0, b"g", data)
@@ -89,7 +90,9 @@ def test_event_times_before_the_epoch_or_without_a_zone_are_refused():
 @given(mutations(TICK))
 @settings(max_examples=300, deadline=None)
 def test_bytes_in_a_tick_header_are_an_aware_event_time_or_a_value_error(data):
-    groups = GroupScorer(TIMEOUT, RewardConfig(), SettledGroups(TIMEOUT))
+    groups = GroupScorer(
+        PipelineConfig(group_timeout_s=TIMEOUT.total_seconds()), SettledGroups(TIMEOUT)
+    )
     groups.offer(0, b"g", BUNDLE)
     with contextlib.suppress(ValueError):
         groups.offer(1, b"g", b"", tick_horizon(data))
@@ -107,7 +110,9 @@ def test_hostile_values_in_decodable_events_are_scored_or_refused_as_the_replay_
     events = rollout("a", "g", size, 0, 0.0, abs(end) if math.isfinite(end) else 1.0)
     if outcome is not None:
         events = rollout("a", "g", size, 0, 0.0, abs(end), outcome=outcome)
-    groups = GroupScorer(TIMEOUT, RewardConfig(), SettledGroups(TIMEOUT))
+    groups = GroupScorer(
+        PipelineConfig(group_timeout_s=TIMEOUT.total_seconds()), SettledGroups(TIMEOUT)
+    )
     raw = bundles.pack(codec.encode(e) for e in events)
     horizon = max(e.ts for e in events)  # where the replay of this log stops
     settled = groups.offer(0, b"g", raw) or groups.offer(1, b"g", b"", horizon)

@@ -7,7 +7,7 @@ from datetime import timedelta
 from schemas import codec
 from streams.group_scorer import GroupScorer
 from streams.live_state import Generations, LiveState, ScorerPartition
-from streams.rewards import RewardConfig
+from streams.pipeline import PipelineConfig
 from streams.settled_groups import SettledGroups
 from streams.watermarks import EventsProgress, SharedHorizon
 from tests.unit.streams.test_pipeline import rollout
@@ -35,7 +35,9 @@ def test_only_the_floors_that_moved_past_the_last_commit_are_committed():
         rollouts.add(offset, event, codec.encode(event))
     state.rollouts_of(3)  # nothing read of it: no floor
     timeout = timedelta(minutes=1)
-    groups = GroupScorer(timeout, RewardConfig(), SettledGroups(timeout))
+    groups = GroupScorer(
+        PipelineConfig(group_timeout_s=timeout.total_seconds()), SettledGroups(timeout)
+    )
     groups.floor.processed(6)
     state.scorers[0] = ScorerPartition(groups, SharedHorizon(timedelta(seconds=5)))
     assert state.floors("ev", "sc") == {("ev", 2): 0, ("sc", 0): 7}

@@ -11,6 +11,7 @@ from math import inf
 import numpy as np
 import pytest
 
+from schemas.pipeline_file import RewardConfig
 from schemas.records import (
     Envelope,
     ProcessSignal,
@@ -20,7 +21,6 @@ from schemas.records import (
     RolloutStarted,
 )
 from streams.pipeline import PipelineConfig, process_log
-from streams.rewards import RewardConfig
 from tests.builders import T0, model_request, model_response
 
 NO_SPEED = RewardConfig(speed_weight=0.0)
@@ -30,8 +30,11 @@ def env(rid, payload, seconds):
     return Envelope(str(uuid.uuid4()), rid, T0 + timedelta(seconds=seconds), "test", payload)
 
 
-def rollout(rid, group, size, index, start, end, outcome=1.0, calls=2, aborted=False, n=1):
-    events = [env(rid, RolloutStarted("task", group, size, 0, {}, index), start)]
+def rollout(
+    rid, group, size, index, start, end, outcome=1.0, calls=2, aborted=False, n=1, domain="default"
+):
+    started = RolloutStarted("task", group, size, 0, {}, index, domain=domain)
+    events = [env(rid, started, start)]
     parent = None
     for c in range(calls):
         call_id = f"{rid}-c{c}"

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import pytest
 
+from schemas.pipeline_file import RewardConfig
 from streams.rewards import (
     MemberResult,
-    RewardConfig,
     completion_time_reward,
+    merge_signals,
     rewards_to_go,
     score_group,
 )
@@ -15,8 +16,8 @@ from streams.rewards import (
 CONFIG = RewardConfig(process_weight=1.0, outcome_weight=1.0, speed_weight=0.5, speed_clip=1.0)
 
 
-def member(rid, steps, signals=(), outcome=None, duration=10.0, aborted=False):
-    return MemberResult(rid, steps, tuple(signals), outcome, duration, aborted)
+def member(rid, steps, signals=(), outcome=None, duration=10.0, aborted=False, truncated=False):
+    return MemberResult(rid, steps, tuple(signals), outcome, duration, aborted, truncated)
 
 
 def test_rewards_to_go_are_suffix_sums():
@@ -79,3 +80,27 @@ def test_rollout_without_steps_still_counts_in_the_baseline():
     )
     assert s_empty.total == 1.0 and s_empty.advantages == ()
     assert s_one.advantages == pytest.approx((-0.5,))
+
+
+def test_a_truncated_rollout_gets_the_truncated_outcome_and_no_speed_reward():
+    # a (10 s) and c (20 s) finished: mean 15; the truncated b (2 s) is neither fast nor counted
+    config = RewardConfig(speed_weight=0.5, truncated_outcome=-0.2)
+    a = member("a", 1, outcome=1.0, duration=10.0)
+    b = member("b", 2, [(0, -0.1), (1, -0.1)], duration=2.0, truncated=True)
+    c = member("c", 1, outcome=0.0, duration=20.0)
+    sa, sb, _ = score_group([a, b, c], config)
+    assert sa.speed_reward == pytest.approx(0.5 * (15 - 10) / 15)
+    assert sb.speed_reward == 0.0
+    assert sb.rewards == pytest.approx((-0.1, -0.1 - 0.2))
+    assert sb.total == pytest.approx(-0.4)
+
+
+def test_a_truncated_rollout_with_an_outcome_of_its_own_keeps_it():
+    (scored,) = score_group([member("t", 1, outcome=0.5, truncated=True)], CONFIG)
+    assert scored.total == pytest.approx(0.5)
+
+
+def test_the_tasks_own_signals_win_at_their_steps():
+    task = ((0, 0.5), (2, -1.0))
+    tools = ((0, -0.1), (1, 0.05), (2, 0.05), (3, -0.05))
+    assert merge_signals(task, tools) == ((0, 0.5), (2, -1.0), (1, 0.05), (3, -0.05))

@@ -1,0 +1,77 @@
+"""Process signals from what the gateway saw of a rollout's tool use (pure).
+
+The scorer turns them into rewards and the gateway into its truncation decision, so both read
+one rule. Each signal lands on the step of the tool call it concerns:
+- a malformed call (its text did not parse) → ``malformed_call``;
+- a well-formed call of a tool the request did not offer → ``unknown_tool``;
+- a call whose result, sent back by the agent, matches ``error_pattern`` → ``error_result``;
+- otherwise a call whose result is *used*: a completion at or after the step that received the
+  result repeats one of the result's words of at least ``used_min_chars`` characters
+  (case-insensitive, whole words) → ``used_result``.
+A result naming no call the rollout made, or a call's second result, earns nothing.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from schemas.pipeline_file import ToolRewards
+from schemas.records import ToolCall, ToolResult
+
+WORD = re.compile(r"\w+")
+
+
+@dataclass(frozen=True)
+class StepTools:
+    """What one step (model call) of a rollout did with tools."""
+
+    calls: tuple[ToolCall, ...] = ()
+    """The tool calls its completion made."""
+    results: tuple[ToolResult, ...] = ()
+    """The tool results its request carried (answers to earlier steps' calls)."""
+    completion_text: str = ""
+
+
+@dataclass(frozen=True)
+class ToolSignal:
+    step: int
+    name: str
+    value: float
+
+
+def words_of(text: str, min_chars: int) -> set[str]:
+    return {w for w in WORD.findall(text.lower()) if len(w) >= min_chars}
+
+
+def tool_signals(steps: Sequence[StepTools], rules: ToolRewards) -> list[ToolSignal]:
+    """The process signals ``steps`` earn under ``rules``, in step order."""
+    signals: list[ToolSignal] = []
+    call_step: dict[str, int] = {}
+    for step, facts in enumerate(steps):
+        for call in facts.calls:
+            if not call.well_formed:
+                signals.append(ToolSignal(step, "malformed_call", rules.malformed_call))
+            elif not call.known:
+                signals.append(ToolSignal(step, "unknown_tool", rules.unknown_tool))
+            if call.well_formed and call.tool_call_id:
+                call_step.setdefault(call.tool_call_id, step)
+    error = re.compile(rules.error_pattern)
+    answered: set[str] = set()
+    for step, facts in enumerate(steps):
+        for result in facts.results:
+            called = call_step.get(result.tool_call_id)
+            if called is None or called >= step or result.tool_call_id in answered:
+                continue
+            answered.add(result.tool_call_id)
+            if error.search(result.content):
+                signals.append(ToolSignal(called, "error_result", rules.error_result))
+            elif _used(result.content, steps[step:], rules.used_min_chars):
+                signals.append(ToolSignal(called, "used_result", rules.used_result))
+    return sorted(signals, key=lambda s: s.step)
+
+
+def _used(content: str, later: Sequence[StepTools], min_chars: int) -> bool:
+    wanted = words_of(content, min_chars)
+    return bool(wanted) and any(wanted & words_of(s.completion_text, min_chars) for s in later)
