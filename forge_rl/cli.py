@@ -146,13 +146,20 @@ def gateway(
     from gateway.config import GatewaySettings
 
     infra = infra_settings(ctx)
+    from streams.config import StreamsSettings
+
     overrides = {"host": host, "port": port, "engine": engine, "engines": engines}
-    settings = load_settings(GatewaySettings, ctx.find_root().obj, "gateway", overrides)
+    config_file = ctx.find_root().obj
+    settings = load_settings(GatewaySettings, config_file, "gateway", overrides)
+    if settings.pipeline_file is None:  # one file for both: the streams section names it
+        streams = load_settings(StreamsSettings, config_file, "streams")
+        settings = settings.model_copy(update={"pipeline_file": streams.pipeline_file})
+    domains = settings.domains()  # a bad file is reported before Kafka is asked
     bootstrap = require_bootstrap(infra)
     from gateway.server import serve
 
     console.print(f"gateway on {settings.public_url} ({settings.engine} engine), Kafka {bootstrap}")
-    serve(settings, bootstrap, infra.home)
+    serve(settings, bootstrap, infra.home, domains)
 
 
 @main.command()

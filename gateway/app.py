@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Mapping
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -34,6 +34,7 @@ from gateway.policy_follower import follow_policy
 from gateway.protocol import UnsupportedFieldError
 from gateway.responses import error_body
 from gateway.service import RolloutService
+from schemas.pipeline_file import Domain
 
 log = logging.getLogger(__name__)
 RECOVERY_MARGIN_S = 60.0
@@ -101,12 +102,14 @@ def create_app(
     *,
     bootstrap: str | None = None,
     on_started: Callable[[], None] | None = None,
+    domains: Mapping[str, Domain] | None = None,
 ) -> FastAPI:
     """The gateway app; ``bootstrap`` enables reading its state back from the log, following
     forge.policy for weight sync and forge.metrics for admission. ``on_started`` runs once
-    start-up (the log read back included) is done, before the first request is served."""
+    start-up (the log read back included) is done, before the first request is served.
+    ``domains``: the pipeline file's (``GatewaySettings.domains``); default: ``default`` alone."""
     metrics = GatewayMetrics()
-    service = RolloutService(settings, engine, events, metrics)
+    service = RolloutService(settings, engine, events, metrics, domains)
     auth = Auth(settings.admin_key.get_secret_value(), service.rollouts)
 
     @contextlib.asynccontextmanager

@@ -9,6 +9,7 @@ from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import SettingsConfigDict
 
 from infra.settings import ForgeSettings
+from schemas.pipeline_file import Domain, PipelineFile, read_pipeline_file
 from schemas.topics import EVENTS, METRICS, POLICY, QUEUE
 
 INSECURE_KEYS = {"", "changeme", "admin", "secret", "password"}
@@ -90,6 +91,11 @@ class GatewaySettings(ForgeSettings):
         default=METRICS.name, description="TrainSteps: the trainer's queue head, for admission."
     )
     follow_policy: bool = Field(default=True, description="Load each PolicyUpdated as it arrives.")
+    pipeline_file: Path | None = Field(
+        default=None,
+        description="The pipeline file (the streams worker's): the domains rollouts may name, "
+        "their target shares, group sizes and truncation. Unset: the domain `default` alone.",
+    )
 
     @field_validator("admin_key")
     @classmethod
@@ -104,6 +110,13 @@ class GatewaySettings(ForgeSettings):
         if self.engine == "vllm" and self.engines != 1:
             raise ValueError("engines counts embedded engines; a vLLM fleet is vllm_urls")
         return self
+
+    def domains(self) -> dict[str, Domain]:
+        """The pipeline file's domains; a bad file is a one-line ``ConfigError``."""
+        parsed = (
+            PipelineFile() if self.pipeline_file is None else read_pipeline_file(self.pipeline_file)
+        )
+        return parsed.resolved_domains()
 
     @property
     def active_buffer(self) -> int | None:

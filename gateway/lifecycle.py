@@ -15,7 +15,8 @@ from gateway.auth import Auth
 from gateway.config import GatewaySettings
 from gateway.rollouts import Rollout
 from gateway.service import RolloutService
-from schemas.records import ProcessSignal, RolloutAborted, RolloutFinished
+from schemas.pipeline_file import DEFAULT_DOMAIN, DOMAIN_PATTERN
+from schemas.records import TRUNCATED, ProcessSignal, RolloutAborted, RolloutFinished
 
 MAX_ABS_REWARD = 1e6
 Reward = Annotated[float, Field(allow_inf_nan=False, ge=-MAX_ABS_REWARD, le=MAX_ABS_REWARD)]
@@ -25,7 +26,10 @@ Text = Annotated[str, Field(min_length=1, max_length=256)]
 class RolloutCreate(BaseModel):
     task_id: Text
     group_id: Text | None = None
-    group_size: int = Field(default=1, ge=1, le=1024)
+    group_size: int | None = Field(
+        default=None, ge=1, le=1024, description="Default: the domain's group size, else 1."
+    )
+    domain: str = Field(default=DEFAULT_DOMAIN, pattern=DOMAIN_PATTERN)
     metadata: dict[Text, Annotated[str, Field(max_length=4096)]] = Field(
         default_factory=dict, max_length=64
     )
@@ -42,7 +46,10 @@ SignalsIn = SignalIn | Annotated[list[SignalIn], Field(min_length=1, max_length=
 
 class FinishIn(BaseModel):
     status: Text = "success"
+    """``truncated``: the environment ended it early as hopeless (scored with its domain's
+    truncated outcome unless ``outcome_reward`` is given)."""
     outcome_reward: Reward | None = None
+    reason: Annotated[str, Field(max_length=4096)] = ""
 
 
 class AbortIn(BaseModel):
@@ -56,11 +63,13 @@ def lifecycle_router(settings: GatewaySettings, service: RolloutService, auth: A
     @router.post("", dependencies=[Depends(auth.admin)])
     async def create_rollout(body: RolloutCreate) -> dict[str, Any]:
         rollout, api_key = await service.start(
-            body.task_id, body.group_id, body.group_size, body.metadata
+            body.task_id, body.group_id, body.group_size, body.metadata, body.domain
         )
         return {
             "rollout_id": rollout.rollout_id,
             "group_id": rollout.group_id,
+            "group_size": rollout.group_size,
+            "domain": rollout.domain,
             "api_key": api_key,
             "base_url": f"{settings.public_url}/rollouts/{rollout.rollout_id}/v1",
         }
@@ -73,9 +82,10 @@ def lifecycle_router(settings: GatewaySettings, service: RolloutService, auth: A
 
     @router.post("/{rollout_id}/finish")
     async def finish(body: FinishIn, rollout: Rollout = open_rollout) -> dict[str, Any]:
-        event = RolloutFinished(status=body.status, outcome_reward=body.outcome_reward)
-        await service.close(rollout, event, "finished")
-        return {"rollout_id": rollout.rollout_id, "status": "finished"}
+        event = RolloutFinished(body.status, body.outcome_reward, body.reason)
+        status = TRUNCATED if body.status == TRUNCATED else "finished"
+        await service.close(rollout, event, status, body.reason)
+        return {"rollout_id": rollout.rollout_id, "status": status}
 
     @router.post("/{rollout_id}/abort")
     async def abort(body: AbortIn, rollout: Rollout = open_rollout) -> dict[str, Any]:

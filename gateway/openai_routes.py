@@ -21,6 +21,8 @@ from gateway.protocol import ChatCompletionRequest, CompletionRequest, _Request
 from gateway.recorder import CallInput, normalise_message
 from gateway.rollouts import Rollout
 from gateway.service import RolloutService
+from gateway.tool_calls import new_tool_results, offered_tools
+from schemas.records import ToolResult
 
 ROLLOUT_PREFIX = "/rollouts/{rollout_id}"
 
@@ -57,6 +59,8 @@ def openai_router(settings: GatewaySettings, service: RolloutService, auth: Auth
         max_tokens: int | None,
         top_k: int | None,
         conversation: tuple[Any, ...] | None,
+        offered: frozenset[str] | None = None,
+        results: tuple[ToolResult, ...] = (),
     ) -> CallInput:
         limit = max_tokens or settings.default_max_tokens
         service.check_prompt(len(prompt_ids), limit)
@@ -70,9 +74,8 @@ def openai_router(settings: GatewaySettings, service: RolloutService, auth: Auth
             top_logprobs=top_k or 0,
         )
         prompt = np.asarray(prompt_ids, dtype=np.int32)
-        return CallInput(
-            endpoint, body.model, prompt, params, body.temperature, body.top_p, conversation
-        )
+        return CallInput(endpoint, body.model, prompt, params, body.temperature, body.top_p,
+                         conversation, offered, results)  # fmt: skip
 
     def token_text(token: int) -> str:
         return tokenizer.decode([token])
@@ -85,15 +88,18 @@ def openai_router(settings: GatewaySettings, service: RolloutService, auth: Auth
                 messages, body.tools, body.chat_template_kwargs
             )
             conversation = tuple(normalise_message(m) for m in messages)
-            call = call_input(
-                "chat.completions", body, prompt_ids, body.token_limit(), body.top_k, conversation
-            )
-            call_id, generations = await service.call(rollout, call)
+            offered = offered_tools(body.tools) if body.tools_enabled else None
+            results = tuple(new_tool_results(messages))
+            call = call_input("chat.completions", body, prompt_ids, body.token_limit(), body.top_k,
+                              conversation, offered, results)  # fmt: skip
+            recorded = await service.call(rollout, call)
+        generations = recorded.generations
         answers = [
-            (*responses.assistant_message(g, body.tools_enabled),
+            (*responses.assistant_message(parsed, g.finish_reason),
              responses.chat_logprobs(g, body.top_k, token_text))
-            for g in generations
+            for g, parsed in zip(generations, recorded.completions, strict=True)
         ]  # fmt: skip
+        call_id = recorded.call_id
         usage = responses.usage(len(prompt_ids), generations)
         if body.stream:
             stream_usage = usage if body.include_usage else None
@@ -105,7 +111,8 @@ def openai_router(settings: GatewaySettings, service: RolloutService, auth: Auth
         async with service.limiter.slot():
             prompt_ids = await _prompt_ids(body, tokenizer)
             call = call_input("completions", body, prompt_ids, body.max_tokens, body.top_k, None)
-            call_id, generations = await service.call(rollout, call)
+            recorded = await service.call(rollout, call)
+        call_id, generations = recorded.call_id, recorded.generations
         choices = [(g, responses.text_logprobs(g, body.top_k, token_text)) for g in generations]
         usage = responses.usage(len(prompt_ids), generations)
         if body.stream:

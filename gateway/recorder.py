@@ -17,8 +17,8 @@ from typing import Any
 import numpy as np
 
 from gateway.engine import Generation, SamplingParams
-from gateway.responses import assistant_message
-from schemas.records import Envelope, Event, IntArray, ModelRequest, ModelResponse
+from gateway.tool_calls import ParsedCompletion, parse_completion, plain_completion
+from schemas.records import Envelope, Event, IntArray, ModelRequest, ModelResponse, ToolResult
 from schemas.tokens import common_prefix
 
 RECENT_CALLS = 8
@@ -59,6 +59,11 @@ class CallInput:
     top_p: float | None
     conversation: tuple[Any, ...] | None
     """Normalised chat messages (chat calls), for drift detection."""
+    offered_tools: frozenset[str] | None = None
+    """The tool names the request offered; None when its completions are not read for tool
+    calls (no tools, tool_choice none, or the completions endpoint)."""
+    tool_results: tuple[ToolResult, ...] = ()
+    """The tool messages it sends back (``gateway.tool_calls.new_tool_results``)."""
 
 
 @dataclass(frozen=True)
@@ -69,6 +74,8 @@ class RecordedCall:
     delta: PromptDelta
     parents: list[CallRecord]
     """The new parent candidates, one per choice."""
+    completions: list[ParsedCompletion]
+    """Each choice with its tool calls parsed: the agent is answered with these."""
 
 
 def normalise_message(message: dict[str, Any]) -> tuple[Any, ...]:
@@ -133,10 +140,17 @@ def record_call(
         max_tokens=call.params.max_tokens,
         n=call.params.n,
         seed=call.params.seed,
+        tool_results=list(call.tool_results),
     )
     events: list[Event] = [request]
     parents = []
-    for i, g in enumerate(generations):
+    completions = [
+        plain_completion(g.text)
+        if call.offered_tools is None
+        else parse_completion(g.text, call.offered_tools)
+        for g in generations
+    ]
+    for i, (g, parsed) in enumerate(zip(generations, completions, strict=True)):
         events.append(
             ModelResponse(
                 call_id=call_id,
@@ -147,15 +161,18 @@ def record_call(
                 choice_index=i,
                 completion_text=g.text,
                 latency_ms=latency_ms,
+                tool_calls=parsed.recorded,
             )
         )
         answer = None
         if call.conversation is not None:
-            message, _ = assistant_message(g, tools_enabled=True)
+            # As a chat template renders it back: tool calls apart from the text, offered or not.
+            as_sent = parsed if call.offered_tools is not None else parse_completion(g.text)
+            message = {"role": "assistant", "content": as_sent.content, "tool_calls": as_sent.calls}
             answer = (*call.conversation, normalise_message(message))
         sequence = np.concatenate([call.prompt, g.token_ids])
         parents.append(CallRecord(call_id, i, sequence, answer))
-    return RecordedCall(call_id, events, delta, parents)
+    return RecordedCall(call_id, events, delta, parents, completions)
 
 
 def envelopes(

@@ -6,52 +6,23 @@ Log-probs returned to the agent are the ones recorded in the log: those of the r
 
 from __future__ import annotations
 
-import json
-import re
 import time
-import uuid
 from collections.abc import Callable
 from typing import Any
 
 from gateway.engine import Generation
+from gateway.tool_calls import ParsedCompletion
 
 TokenText = Callable[[int], str]
-TOOL_CALL = re.compile(r"<tool_call>\s*(\{.*?\})\s*</tool_call>", re.DOTALL)
 
 
-def split_tool_calls(text: str) -> tuple[str | None, list[dict[str, Any]]]:
-    """Qwen/Hermes-style tool calls in generated text -> (remaining content, OpenAI tool_calls)."""
-    calls = []
-    for match in TOOL_CALL.finditer(text):
-        try:
-            parsed = json.loads(match.group(1))
-        except json.JSONDecodeError:
-            continue
-        if not isinstance(parsed, dict) or "name" not in parsed:
-            continue
-        arguments = parsed.get("arguments", {})
-        calls.append(
-            {
-                "id": f"call_{uuid.uuid4().hex[:24]}",
-                "type": "function",
-                "function": {
-                    "name": str(parsed["name"]),
-                    "arguments": arguments if isinstance(arguments, str) else json.dumps(arguments),
-                },
-            }
-        )
-    content = TOOL_CALL.sub("", text).strip() if calls else text
-    return (content or None) if calls else content, calls
-
-
-def assistant_message(generation: Generation, tools_enabled: bool) -> tuple[dict[str, Any], str]:
-    """The OpenAI assistant message of one generation, and its finish_reason."""
-    content, calls = split_tool_calls(generation.text) if tools_enabled else (generation.text, [])
-    message: dict[str, Any] = {"role": "assistant", "content": content}
-    if calls:
-        message["tool_calls"] = calls
+def assistant_message(parsed: ParsedCompletion, finish_reason: str) -> tuple[dict[str, Any], str]:
+    """The OpenAI assistant message of one parsed generation, and its finish_reason."""
+    message: dict[str, Any] = {"role": "assistant", "content": parsed.content}
+    if parsed.calls:
+        message["tool_calls"] = parsed.calls
         return message, "tool_calls"
-    return message, generation.finish_reason
+    return message, finish_reason
 
 
 def usage(prompt_tokens: int, generations: list[Generation]) -> dict[str, int]:

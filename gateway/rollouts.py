@@ -23,7 +23,9 @@ import numpy as np
 
 from gateway.errors import RolloutClosedError, RolloutNotFoundError
 from gateway.recorder import RECENT_CALLS, CallRecord
+from schemas.pipeline_file import DEFAULT_DOMAIN
 from schemas.records import (
+    TRUNCATED,
     Envelope,
     EventsVoided,
     ModelRequest,
@@ -33,6 +35,7 @@ from schemas.records import (
     RolloutFinished,
     RolloutStarted,
 )
+from schemas.tool_outcomes import StepTools
 
 CLOSED_KEPT_S = 3600.0
 
@@ -61,14 +64,29 @@ class Rollout:
     """Ids of the events already applied (its own writes included)."""
     requests: dict[str, ModelRequest] = field(default_factory=dict)
     """Requests read from the log, until their responses arrive."""
+    domain: str = DEFAULT_DOMAIN
+    progress: StepProgress | None = None
+    """What the truncation rule reads, kept only where its domain truncates."""
+    closed_reason: str = ""
+    """Why it was truncated: the agent's next call is told."""
 
-    def close(self, status: str) -> None:
+    def close(self, status: str, reason: str = "") -> None:
         """Closed for good: what it kept for serving calls goes (a closed rollout takes no
         event, not even one read back from the log)."""
-        self.status, self.closed = status, time.monotonic()
+        self.status, self.closed, self.closed_reason = status, time.monotonic(), reason
         self.recent.clear()
         self.requests.clear()
         self.seen.clear()
+        self.progress = None
+
+
+@dataclass
+class StepProgress:
+    """A rollout's steps so far as the truncation rule sees them: tool use per model call, and
+    the task's process signals."""
+
+    steps: list[StepTools] = field(default_factory=list)
+    signals: list[tuple[int, float]] = field(default_factory=list)
 
 
 class RolloutRegistry:
@@ -79,12 +97,14 @@ class RolloutRegistry:
         self.unresumable: dict[str, str] = {}
         """Rollouts seen in the log that cannot be served here, with the reason."""
 
-    def create(self, task_id: str, group_id: str | None, group_size: int) -> tuple[Rollout, str]:
+    def create(
+        self, task_id: str, group_id: str | None, group_size: int, domain: str = DEFAULT_DOMAIN
+    ) -> tuple[Rollout, str]:
         """A new running rollout and its API key (handed out once, kept only as a hash)."""
         rollout_id = uuid.uuid4().hex
         api_key = f"fr-{secrets.token_urlsafe(24)}"
         rollout = Rollout(rollout_id, task_id, group_id or rollout_id, group_size,
-                          time.monotonic())  # fmt: skip
+                          time.monotonic(), domain=domain)  # fmt: skip
         self._by_id[rollout_id] = rollout
         self._by_key[key_hash(api_key)] = rollout_id
         return rollout, api_key
@@ -103,7 +123,8 @@ class RolloutRegistry:
     def open(self, rollout_id: str) -> Rollout:
         rollout = self.get(rollout_id)
         if rollout.status != "running":
-            raise RolloutClosedError(f"rollout {rollout_id} is already {rollout.status}")
+            why = f": {rollout.closed_reason}" if rollout.closed_reason else ""
+            raise RolloutClosedError(f"rollout {rollout_id} is already {rollout.status}{why}")
         return rollout
 
     def id_for_key(self, api_key: str) -> str | None:
@@ -148,8 +169,11 @@ class RolloutRegistry:
             self._add_call(rollout, payload, envelope.event_id)
         elif isinstance(payload, ProcessSignal):
             rollout.signals += 1
-        elif isinstance(payload, RolloutFinished | RolloutAborted):
-            rollout.close("finished" if isinstance(payload, RolloutFinished) else "aborted")
+        elif isinstance(payload, RolloutFinished):
+            truncated = payload.status == TRUNCATED
+            rollout.close(TRUNCATED if truncated else "finished", payload.reason)
+        elif isinstance(payload, RolloutAborted):
+            rollout.close("aborted")
         elif isinstance(payload, EventsVoided):
             voided = set(payload.event_ids)
             kept = [c for c in rollout.recent if c.event_id not in voided]
@@ -164,7 +188,7 @@ class RolloutRegistry:
             return
         age = max(0.0, (now_wall - ts).total_seconds())
         rollout = Rollout(rid, started.task_id, started.group_id, started.group_size,
-                          now_mono - age, started.queue_index)  # fmt: skip
+                          now_mono - age, started.queue_index, domain=started.domain)  # fmt: skip
         self._by_id[rid] = rollout
         self._by_key[started.key_hash] = rid
         self.unresumable.pop(rid, None)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 
 import uvicorn
@@ -10,6 +11,7 @@ from gateway.config import GatewaySettings
 from gateway.engine import Engine
 from gateway.event_log import EventLog
 from gateway.heap import settle_heap
+from schemas.pipeline_file import Domain
 
 
 def model_dir(settings: GatewaySettings, home: Path) -> Path:
@@ -59,7 +61,11 @@ def build_engine(settings: GatewaySettings, home: Path) -> Engine:
 
 
 def serve(
-    settings: GatewaySettings, bootstrap: str, home: Path, engine: Engine | None = None
+    settings: GatewaySettings,
+    bootstrap: str,
+    home: Path,
+    domains: Mapping[str, Domain],
+    engine: Engine | None = None,
 ) -> None:
     from gateway.app import create_app
 
@@ -72,6 +78,7 @@ def serve(
         events,
         bootstrap=bootstrap,
         on_started=settle_heap,
+        domains=domains,
     )
     uvicorn.run(
         app,

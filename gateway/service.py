@@ -16,7 +16,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -30,8 +30,12 @@ from gateway.event_log import EventSink
 from gateway.limits import GenerationLimiter
 from gateway.metrics import GatewayMetrics
 from gateway.recorder import CallInput, envelopes, record_call
-from gateway.rollouts import Rollout, RolloutRegistry, key_hash
+from gateway.rollouts import Rollout, RolloutRegistry, StepProgress, key_hash
+from gateway.tool_calls import ParsedCompletion, plain_completion
+from gateway.truncation import truncation_reason
+from schemas.pipeline_file import DEFAULT_DOMAIN, Domain, PipelineFile
 from schemas.records import (
+    TRUNCATED,
     Envelope,
     Event,
     EventsVoided,
@@ -39,8 +43,10 @@ from schemas.records import (
     ProcessSignal,
     QueueEntry,
     RolloutAborted,
+    RolloutFinished,
     RolloutStarted,
 )
+from schemas.tool_outcomes import StepTools, step_values
 
 log = logging.getLogger(__name__)
 
@@ -53,6 +59,14 @@ class _FailedStart:
     pending: asyncio.Future[Any] | None
 
 
+@dataclass(frozen=True)
+class AnsweredCall:
+    call_id: str
+    generations: list[Generation]
+    completions: list[ParsedCompletion]
+    """Each generation with its tool calls parsed, as recorded: the agent is answered with them."""
+
+
 class RolloutService:
     def __init__(
         self,
@@ -60,11 +74,15 @@ class RolloutService:
         engine: Engine,
         events: EventSink,
         metrics: GatewayMetrics,
+        domains: Mapping[str, Domain] | None = None,
     ) -> None:
+        """``domains``: the pipeline file's (``schemas.pipeline_file``); without one, the
+        ``default`` domain alone, which never truncates."""
         self.settings = settings
         self.engine = engine
         self.events = events
         self.metrics = metrics
+        self.domains = dict(domains or PipelineFile().resolved_domains())
         self.rollouts = RolloutRegistry(settings.rollout_timeout_s)
         self.admission = ActiveBuffer(settings.active_buffer)
         if settings.follow_policy:  # else the served version never changes: any head applies
@@ -76,13 +94,34 @@ class RolloutService:
 
     # --- lifecycle ----------------------------------------------------------------------------
 
+    def domain(self, name: str) -> Domain:
+        """The pipeline file's domain ``name``; 400 naming the field for any other."""
+        found = self.domains.get(name)
+        if found is None:
+            known = ", ".join(sorted(self.domains))
+            raise InvalidRequestError(
+                f"domain {name!r} is not in the pipeline file (its domains: {known})",
+                param="domain",
+            )
+        return found
+
     async def start(
-        self, task_id: str, group_id: str | None, group_size: int, metadata: dict[str, str]
+        self,
+        task_id: str,
+        group_id: str | None,
+        group_size: int | None,
+        metadata: dict[str, str],
+        domain_name: str = DEFAULT_DOMAIN,
     ) -> tuple[Rollout, str]:
         """A new rollout and its API key, its RolloutStarted stored; 429 while the active buffer
         is full (a new group only: a group admitted is admitted whole). Its room is reserved
-        before anything is awaited, and given back if the start fails."""
-        rollout, api_key = self.rollouts.create(task_id, group_id, group_size)
+        before anything is awaited, and given back if the start fails. Without a group size,
+        its domain's (else 1)."""
+        domain = self.domain(domain_name)
+        group_size = group_size or domain.group_size or 1
+        rollout, api_key = self.rollouts.create(task_id, group_id, group_size, domain.name)
+        if domain.truncation.enabled:
+            rollout.progress = StepProgress()
         if not self.admission.admit(rollout.group_id, group_size):
             self.rollouts.forget(rollout.rollout_id)
             raise OverloadedError(
@@ -97,6 +136,7 @@ class RolloutService:
             policy_version=self.engine.policy_version,
             metadata=metadata,
             key_hash=key_hash(api_key),
+            domain=domain.name,
         )
         stored = False
         try:
@@ -120,11 +160,26 @@ class RolloutService:
             raise InvalidRequestError(f"at most {limit} process signals per rollout", param="step")
         await self._append(rollout, signals)
         rollout.signals += len(signals)
+        if rollout.progress is not None:
+            rollout.progress.signals.extend((s.step, s.value) for s in signals)
+            await self._truncate_if_hopeless(rollout)
 
-    async def close(self, rollout: Rollout, event: Event, status: str) -> None:
+    async def close(self, rollout: Rollout, event: Event, status: str, reason: str = "") -> None:
         await self._append(rollout, [event])
-        rollout.close(status)
+        rollout.close(status, reason)
         self.metrics.rollouts.labels(status).inc()
+
+    async def _truncate_if_hopeless(self, rollout: Rollout) -> None:
+        """End the rollout as truncated when its domain's rule says so (``gateway.truncation``).
+        Its calls so far stand; its next one is answered 409 with the reason."""
+        progress, domain = rollout.progress, self.domains[rollout.domain]
+        if progress is None or rollout.status != "running":
+            return
+        values = step_values(progress.steps, progress.signals, domain.tool_rewards)
+        reason = truncation_reason(values, domain.truncation)
+        if reason is not None:
+            ended = RolloutFinished(status=TRUNCATED, outcome_reward=None, reason=reason)
+            await self.close(rollout, ended, TRUNCATED, reason)
 
     async def abort_expired(self) -> None:
         now = time.monotonic()
@@ -184,8 +239,9 @@ class RolloutService:
                 param="max_tokens",
             )
 
-    async def call(self, rollout: Rollout, call: CallInput) -> tuple[str, list[Generation]]:
-        """Generate, store the call's events durably, remember it as a parent candidate."""
+    async def call(self, rollout: Rollout, call: CallInput) -> AnsweredCall:
+        """Generate, store the call's events durably, remember it as a parent candidate; then
+        truncate the rollout if it is plainly failing (this call is answered all the same)."""
         started = time.perf_counter()
         with (
             routing_affinity(rollout.rollout_id, rollout.group_id),
@@ -203,7 +259,15 @@ class RolloutService:
         if recorded.delta.drift:
             self.metrics.drift.inc()
         rollout.recent.extend(recorded.parents)
-        return recorded.call_id, generations
+        if rollout.progress is not None:
+            first = recorded.completions[0] if recorded.completions else plain_completion("")
+            text = generations[0].text if generations else ""
+            rollout.progress.steps.append(StepTools(tuple(first.recorded), call.tool_results, text))
+            try:
+                await self._truncate_if_hopeless(rollout)
+            except EventLogUnavailableError:
+                log.warning("could not truncate %s yet", rollout.rollout_id)
+        return AnsweredCall(recorded.call_id, generations, recorded.completions)
 
     async def on_policy(self, update: PolicyUpdated) -> None:
         await self.engine.load_policy(update.version, update.checkpoint_uri)

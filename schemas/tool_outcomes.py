@@ -8,7 +8,8 @@ one rule. Each signal lands on the step of the tool call it concerns:
 - otherwise a call whose result is *used*: a completion at or after the step that received the
   result repeats one of the result's words of at least ``used_min_chars`` characters
   (case-insensitive, whole words) → ``used_result``.
-A result naming no call the rollout made, or a call's second result, earns nothing.
+A result naming no call the rollout made, or a call's second result, earns nothing. Where the
+task sent signals of its own for a step, they stand for that step and these are left out.
 """
 
 from __future__ import annotations
@@ -70,6 +71,27 @@ def tool_signals(steps: Sequence[StepTools], rules: ToolRewards) -> list[ToolSig
             elif _used(result.content, steps[step:], rules.used_min_chars):
                 signals.append(ToolSignal(called, "used_result", rules.used_result))
     return sorted(signals, key=lambda s: s.step)
+
+
+def merge_signals(
+    task: Sequence[tuple[int, float]], tools: Sequence[tuple[int, float]]
+) -> tuple[tuple[int, float], ...]:
+    """The task's signals, and the tool signals of every step the task gave none for."""
+    task_steps = {step for step, _ in task}
+    return (*task, *((step, value) for step, value in tools if step not in task_steps))
+
+
+def step_values(
+    steps: Sequence[StepTools], task: Sequence[tuple[int, float]], rules: ToolRewards
+) -> list[float]:
+    """Each step's net process signal, unweighted: the task's and the tool outcomes' (a
+    signal past the last step counts at the last step, as the scorer counts it)."""
+    derived = [(s.step, s.value) for s in tool_signals(steps, rules)]
+    values = [0.0] * len(steps)
+    for step, value in merge_signals(task, derived):
+        if values:
+            values[min(step, len(values) - 1)] += value
+    return values
 
 
 def _used(content: str, later: Sequence[StepTools], min_chars: int) -> bool:

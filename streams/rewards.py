@@ -49,14 +49,6 @@ class ScoredRollout:
     speed_reward: float
 
 
-def merge_signals(
-    task: Sequence[tuple[int, float]], tools: Sequence[tuple[int, float]]
-) -> tuple[tuple[int, float], ...]:
-    """The task's signals, and the tool signals of every step the task gave none for."""
-    task_steps = {step for step, _ in task}
-    return (*task, *((step, value) for step, value in tools if step not in task_steps))
-
-
 def process_rewards(steps: int, signals: Sequence[tuple[int, float]], weight: float) -> list[float]:
     rewards = [0.0] * steps
     for step, value in signals:

@@ -22,10 +22,10 @@ from typing import TYPE_CHECKING
 from schemas import codec
 from schemas.pipeline_file import DEFAULT_DOMAIN, ToolRewards
 from schemas.records import TRUNCATED, Trajectory
-from schemas.tool_outcomes import tool_signals
+from schemas.tool_outcomes import merge_signals, tool_signals
 from streams.assembler import AssembledRollout
 from streams.message_size import MESSAGE_LIMIT, size_bound, too_large
-from streams.rewards import MemberResult, merge_signals, score_group
+from streams.rewards import MemberResult, score_group
 
 if TYPE_CHECKING:  # the pipeline scores through here
     from streams.pipeline import PipelineConfig

@@ -809,8 +809,9 @@ create_bodies = st.fixed_dictionaries(
     {"task_id": names},
     optional={
         "group_id": st.none() | names,
-        "group_size": st.integers(1, 1024),
+        "group_size": st.none() | st.integers(1, 1024),
         "metadata": st.dictionaries(names, st.text(max_size=20), max_size=3),
+        "domain": st.just("default"),
     },
 )
 bad_create = st.fixed_dictionaries(
@@ -818,6 +819,7 @@ bad_create = st.fixed_dictionaries(
     optional={
         "group_id": hostile(names, texts),
         "group_size": hostile(st.integers(1, 9), ints),
+        "domain": hostile(st.just("default"), texts),
         "metadata": hostile(
             st.dictionaries(names, names, max_size=2),
             st.dictionaries(texts, scalars, max_size=3),
@@ -846,7 +848,8 @@ async def test_fuzz_rollout_start(fz, body, auth):
     [started] = [e.payload for e in done.events]
     assert isinstance(started, RolloutStarted) and started.task_id == body["task_id"]
     assert done.events[0].rollout_id == answer["rollout_id"] and done.queued == 1
-    assert started.group_size == body.get("group_size", 1)
+    assert started.group_size == (body.get("group_size") or 1)
+    assert started.domain == body.get("domain", "default") == answer["domain"]
     assert started.metadata == body.get("metadata", {})
 
 

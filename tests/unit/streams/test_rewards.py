@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 
 from schemas.pipeline_file import RewardConfig
+from schemas.tool_outcomes import merge_signals
 from streams.rewards import (
     MemberResult,
     completion_time_reward,
-    merge_signals,
     rewards_to_go,
     score_group,
 )
