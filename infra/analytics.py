@@ -98,8 +98,13 @@ TRAIN_STEP_ADDED_COLUMNS: tuple[tuple[str, str], ...] = (
 """train_steps columns added after the table's first release (TrainStep fields with defaults):
 ``ensure_tables`` adds them to a table created before them, so an old store keeps working."""
 
-ROLLOUT_ADDED_COLUMNS: tuple[tuple[str, str], ...] = (("scoring_s", "Float64"),)
-"""rollouts columns added later: the rollout's group's scoring time (``Trajectory.scoring_s``)."""
+ROLLOUT_ADDED_COLUMNS: tuple[tuple[str, str], ...] = (
+    ("scoring_s", "Float64"),
+    ("domain", "LowCardinality(String) DEFAULT 'default'"),
+    ("group_reward_spread", "Float64"),
+)
+"""rollouts columns added later: the rollout's group's scoring time (``Trajectory.scoring_s``),
+its domain, and the spread of its group's total rewards (0: the group taught nothing)."""
 
 CALL_ADDED_COLUMNS: tuple[tuple[str, str], ...] = (
     ("choice_index", "UInt32"),

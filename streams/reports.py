@@ -2,6 +2,20 @@
 
 from __future__ import annotations
 
+DOMAINS_SQL = """SELECT domain, count() AS rollouts, round(avg(total_reward), 4) AS mean_reward,
+       round(countIf(outcome_reward > 0) / greatest(countIf(outcome_reward IS NOT NULL), 1), 3)
+         AS solved_share,
+       countIf(status = 'truncated') AS truncated, countIf(status = 'aborted') AS aborted,
+       countIf(staleness >= 0) AS trained,
+       round(countIf(staleness >= 0) / greatest((SELECT countIf(staleness >= 0)
+                                                 FROM rollouts FINAL), 1), 3) AS trained_share,
+       round(avgIf(staleness, staleness >= 0), 2) AS mean_staleness,
+       countIf(group_reward_spread = 0) AS no_signal
+FROM rollouts FINAL GROUP BY domain ORDER BY domain"""
+"""Per domain: ``trained_share`` is its share of the rollouts consumed by the trainer (the mix
+admission steers); ``no_signal`` counts rollouts whose group's rewards were all equal (left out
+of training under ``drop_uniform_groups``)."""
+
 REPORTS: dict[str, tuple[str, str]] = {
     "rewards": (
         "Reward by policy version",
@@ -27,6 +41,10 @@ REPORTS: dict[str, tuple[str, str]] = {
         """SELECT toStartOfMinute(ended_at) AS minute, count() AS rollouts,
                   sum(completion_tokens) AS completion_tokens
            FROM rollouts FINAL GROUP BY minute ORDER BY minute""",
+    ),
+    "domains": (
+        "By domain: reward, solved share, truncated, staleness, groups with nothing to learn",
+        DOMAINS_SQL,
     ),
     "training": (
         "Training steps",
@@ -71,6 +89,7 @@ the engine's prefix cache can serve. (Rows stored before ``choice_index`` existe
 there, so an older n > 1 request counts once per choice.)"""
 
 ROLLOUT_COSTS = f"""SELECT rollout_id, r.recorded AS recorded, r.group_id AS group_id,
+       r.domain AS domain,
        r.status AS status, r.staleness AS staleness, r.ended_at AS ended_at,
        r.duration_s AS duration_s, r.scoring_s AS group_scoring_s, c.requests AS requests,
        c.engine_s AS engine_s, c.prompt_tokens AS prompt_tokens,
@@ -80,12 +99,13 @@ ROLLOUT_COSTS = f"""SELECT rollout_id, r.recorded AS recorded, r.group_id AS gro
        multiIf(r.recorded = 0, 'dropped', r.status = 'aborted', 'aborted',
                r.staleness < 0, 'unconsumed', 'consumed') AS fate
 FROM (SELECT rollout_id, toUInt8(1) AS recorded, group_id, status, staleness, ended_at,
-             duration_s, scoring_s FROM rollouts FINAL) AS r
+             duration_s, scoring_s, domain FROM rollouts FINAL) AS r
 FULL OUTER JOIN ({CALL_COSTS}) AS c USING (rollout_id)"""
 """The ledger per rollout: its engine time and tokens (``CALL_COSTS``), its agent time and fate.
 
 - ``agent_s`` = duration - engine_s: the agent's time outside model calls (tools, environment,
   its own code). Concurrent calls overlap, so the difference can go below zero: clamped at 0.
+- ``domain``: the rollout's (empty for a dropped one: it has no row).
 - ``fate``: ``consumed`` (emitted to the trainer's topic: staleness ≥ 0), ``aborted`` (status
   aborted, consumed or not), ``unconsumed`` (scored but never emitted: timed out or too stale
   in the queue, or still waiting in it as the report runs), ``dropped`` (calls but no rollout
@@ -166,6 +186,18 @@ FROM ({ROLLOUT_COSTS}) AS l GROUP BY fate ORDER BY fate""",
 )
 
 
+COST_BY_DOMAIN = (
+    "Cost by domain (seconds; dropped rollouts have no domain)",
+    f"""SELECT if(l.recorded = 1, l.domain, '') AS domain, count() AS rollouts,
+       countIf(l.fate = 'consumed') AS consumed, round(sum(l.engine_s), 3) AS engine_s,
+       round(sum(l.agent_s), 3) AS agent_s,
+       round(sum(l.engine_s) / nullIf(countIf(l.fate = 'consumed'), 0), 4)
+         AS engine_s_per_consumed,
+       round(sumIf(l.engine_s, l.fate != 'consumed'), 3) AS waste_engine_s
+FROM ({ROLLOUT_COSTS}) AS l GROUP BY domain ORDER BY domain""",
+)
+
+
 def costs_over_time(bucket_s: int = 60) -> tuple[str, str]:
     """(title, sql) of sampling, credit-assignment and update cost per ``bucket_s`` seconds.
 
@@ -198,4 +230,4 @@ FROM (
 
 def cost_reports(bucket_s: int = 60) -> list[tuple[str, str]]:
     """`forge-rl analytics costs`: the run's cost, its course per ``bucket_s`` and its waste."""
-    return [COSTS, costs_over_time(bucket_s), COST_BY_FATE]
+    return [COSTS, costs_over_time(bucket_s), COST_BY_FATE, COST_BY_DOMAIN]

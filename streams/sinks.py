@@ -43,7 +43,7 @@ ROLLOUT_COLUMNS = (
     "rollout_id", "group_id", "task_id", "queue_index", "status", "started_at", "ended_at",
     "duration_s", "outcome_reward", "total_reward", "num_calls", "prompt_tokens",
     "completion_tokens", "policy_version", "staleness",
-    "scoring_s",  # infra.analytics.ROLLOUT_ADDED_COLUMNS
+    "scoring_s", "domain", "group_reward_spread",  # infra.analytics.ROLLOUT_ADDED_COLUMNS
 )  # fmt: skip
 CALL_COLUMNS = (
     "call_id", "rollout_id", "ts", "policy_version", "prompt_tokens", "new_prompt_tokens",
@@ -76,6 +76,8 @@ def rollout_row(trajectory: Trajectory, staleness: int) -> list[Any]:
         oldest_policy(calls),
         staleness,
         trajectory.scoring_s,
+        trajectory.domain,
+        trajectory.group_reward_spread,
     ]
 
 

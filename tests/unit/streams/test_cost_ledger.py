@@ -24,8 +24,10 @@ from schemas.records import Envelope, TrainStep, Trajectory, TrajectoryCall
 from streams.assembler import AssembledRollout
 from streams.pipeline import PipelineConfig
 from streams.reports import (
+    COST_BY_DOMAIN,
     COST_BY_FATE,
     COSTS,
+    DOMAINS_SQL,
     GROUP_COSTS,
     ROLLOUT_COSTS,
     STEP_COSTS,
@@ -58,9 +60,11 @@ def naive(seconds: float) -> datetime:
 
 
 def rollout(rid: str, group: str, status: str, start: float, end: float, staleness: int,
-            scoring_s: float) -> list:  # fmt: skip
-    trajectory = Trajectory(rid, group, "task", 0, status, at(start), at(end), [],
-                            scoring_s=scoring_s)  # fmt: skip
+            scoring_s: float, domain: str = "default", outcome: float | None = None,
+            total: float = 0.0, spread: float = 0.0) -> list:  # fmt: skip
+    trajectory = Trajectory(rid, group, "task", 0, status, at(start), at(end), [], outcome, total,
+                            scoring_s=scoring_s, domain=domain,
+                            group_reward_spread=spread)  # fmt: skip
     return rollout_row(trajectory, staleness)
 
 
@@ -285,7 +289,7 @@ def test_an_empty_store_costs_nothing_and_divides_by_nothing(analytics):
     with own_database(analytics):
         ensure_tables(analytics)
         (run,) = rows_of(analytics, COSTS[1])
-        assert [rows_of(analytics, sql) for _, sql in cost_reports()[1:]] == [[], []]
+        assert [rows_of(analytics, sql) for _, sql in cost_reports()[1:]] == [[], [], []]
     assert run == {
         "run_s": 0.0, "engine_s": 0.0, "agent_s": 0.0, "credit_s": 0.0, "update_s": 0.0,
         "c_sample": None, "c_train": None, "cost_s": 0.0, "serial_s": 0.0, "trained_samples": 0,
@@ -316,4 +320,34 @@ def test_the_cost_reports_pass_the_owners_endpoint(analytics, infra_settings):
     session = analytics_client(infra_settings, session_settings(30.0, 1000))
     endpoint = SqlEndpoint(session, "k" * 32, lambda: None)
     answers = [endpoint.run(sql) for _, sql in cost_reports(60)]  # QueryError if refused
-    assert answers[0][0][0] == "run_s" and len(answers) == 3
+    assert answers[0][0][0] == "run_s" and len(answers) == 4
+
+
+def test_rewards_mix_and_costs_by_domain(analytics):
+    rows = [
+        rollout("m1", "gm", "finished", 0, 10, 0, 0.1, "math", 1.0, 1.5, 1.0),
+        rollout("m2", "gm", "truncated", 0, 4, 1, 0.1, "math", None, -0.5, 1.0),
+        rollout("q1", "gq", "finished", 0, 30, 2, 0.1, "qa", 0.0, 0.0, 0.0),
+        rollout("q2", "gq", "finished", 0, 40, -1, 0.1, "qa", 0.0, 0.0, 0.0),
+    ]
+    calls = [*call("m1", "k1", 1, 2000, 10, 0, 5), *call("q1", "k2", 1, 6000, 10, 0, 5),
+             *call("gone", "k3", 1, 1000, 10, 0, 5)]  # fmt: skip
+    with own_database(analytics):
+        ensure_tables(analytics)
+        insert_rollouts(analytics, rows)
+        insert_calls(analytics, call_rows(calls))
+        by_domain = {r["domain"]: r for r in rows_of(analytics, DOMAINS_SQL)}
+        costs = {r["domain"]: r for r in rows_of(analytics, COST_BY_DOMAIN[1])}
+    math, qa = by_domain["math"], by_domain["qa"]
+    assert (math["rollouts"], math["mean_reward"], math["solved_share"]) == (2, 0.5, 1.0)
+    assert (math["truncated"], math["trained"], math["no_signal"]) == (1, 2, 0)
+    assert (qa["solved_share"], qa["trained"], qa["no_signal"], qa["mean_staleness"]) == (
+        0.0,
+        1,
+        2,
+        2.0,
+    )
+    assert (math["trained_share"], qa["trained_share"]) == (0.667, 0.333)
+    assert costs["math"]["engine_s"] == 2.0 and costs["qa"]["engine_s"] == 6.0
+    assert costs["qa"]["waste_engine_s"] == 0.0 and costs[""]["engine_s"] == 1.0
+    assert (costs["math"]["consumed"], costs["qa"]["engine_s_per_consumed"]) == (2, 6.0)
