@@ -18,13 +18,17 @@ An engine that never loads v holds admission until it does (its health says so).
 from __future__ import annotations
 
 import sys
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
+
+from schemas.pipeline_file import DEFAULT_DOMAIN
 
 
 @dataclass
 class _Group:
     size: int
+    domain: str = DEFAULT_DOMAIN
     starting: int = 0
     """Members admitted here whose start is still being stored."""
     queued: int = 0
@@ -59,7 +63,18 @@ class ActiveBuffer:
         """Rollouts queued and not consumed, plus the room reserved for admitted groups."""
         return sum(g.held for g in self._groups.values())
 
-    def admit(self, group_id: str, group_size: int) -> bool:
+    def holds(self, group_id: str) -> bool:
+        """The group is admitted: its next member gets in whatever the buffer holds."""
+        return group_id in self._groups
+
+    def held_by_domain(self) -> Counter[str]:
+        """Rollouts held per domain: queued and not consumed, or reserved."""
+        held: Counter[str] = Counter()
+        for group in self._groups.values():
+            held[group.domain] += group.held
+        return held
+
+    def admit(self, group_id: str, group_size: int, domain: str = DEFAULT_DOMAIN) -> bool:
         """Reserve room for one start; ``started`` or ``release`` must follow. A new group needs
         room for all its members; a member of an admitted group always gets in."""
         self._apply_served()
@@ -67,7 +82,7 @@ class ActiveBuffer:
         if group is None:
             if self.limit is not None and self.active + group_size > self.limit:
                 return False
-            group = self._groups[group_id] = _Group(group_size)
+            group = self._groups[group_id] = _Group(group_size, domain)
         group.starting += 1
         return True
 
@@ -75,7 +90,7 @@ class ActiveBuffer:
         """A start admitted here is stored, queued at ``index``."""
         group = self._groups[group_id]
         group.starting -= 1
-        self.queued(index, group_id, group.size)
+        self.queued(index, group_id, group.size, group.domain)
         self._forget_if_done(group_id)
 
     def release(self, group_id: str) -> None:
@@ -83,12 +98,14 @@ class ActiveBuffer:
         self._groups[group_id].starting -= 1
         self._forget_if_done(group_id)
 
-    def queued(self, index: int, group_id: str, group_size: int) -> None:
+    def queued(
+        self, index: int, group_id: str, group_size: int, domain: str = DEFAULT_DOMAIN
+    ) -> None:
         """A rollout queued at ``index``, read back from the log (after a restart, another
         replica's, or this gateway's own: each index counts once)."""
         if index >= self.head and index not in self._queued:
             self._queued[index] = group_id
-            self._groups.setdefault(group_id, _Group(group_size)).queued += 1
+            self._groups.setdefault(group_id, _Group(group_size, domain)).queued += 1
 
     def consumed_to(self, head: int, version: int = 0) -> None:
         """The trainer has consumed the queue below ``head``, its step making policy

@@ -27,7 +27,7 @@ from gateway.engine import Engine
 from gateway.errors import GatewayError
 from gateway.event_log import EventSink
 from gateway.lifecycle import lifecycle_router
-from gateway.log_state import EventFollower, follow_queue_head
+from gateway.log_state import EventFollower, follow_train_steps
 from gateway.metrics import GatewayMetrics, MetricsMiddleware
 from gateway.openai_routes import ROLLOUT_PREFIX, openai_router
 from gateway.policy_follower import follow_policy
@@ -130,11 +130,9 @@ def create_app(
             if settings.follow_policy:
                 policy = follow_policy(bootstrap, settings.policy_topic, service.on_policy)
                 tasks.append(asyncio.create_task(policy, name="policy"))
-            if settings.active_buffer is not None:
-                head = follow_queue_head(
-                    bootstrap, settings.metrics_topic, service.admission.consumed_to
-                )
-                tasks.append(asyncio.create_task(head, name="queue-head"))
+            if settings.active_buffer is not None or len(service.domains) > 1:
+                steps = follow_train_steps(bootstrap, settings.metrics_topic, service.on_train_step)
+                tasks.append(asyncio.create_task(steps, name="train-steps"))
         if on_started is not None:
             on_started()
         try:

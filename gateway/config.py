@@ -91,6 +91,18 @@ class GatewaySettings(ForgeSettings):
         default=METRICS.name, description="TrainSteps: the trainer's queue head, for admission."
     )
     follow_policy: bool = Field(default=True, description="Load each PolicyUpdated as it arrives.")
+    mix_tolerance: float = Field(
+        default=0.05,
+        ge=0,
+        le=1,
+        description="A new group of a domain this far over its target share is refused (429) "
+        "while a domain under its share asks for room (gateway.domain_mix).",
+    )
+    mix_asking_s: float = Field(
+        default=30.0,
+        gt=0,
+        description="A domain asked for room if a start of it came this recently.",
+    )
     pipeline_file: Path | None = Field(
         default=None,
         description="The pipeline file (the streams worker's): the domains rollouts may name, "

@@ -74,6 +74,12 @@ def lifecycle_router(settings: GatewaySettings, service: RolloutService, auth: A
             "base_url": f"{settings.public_url}/rollouts/{rollout.rollout_id}/v1",
         }
 
+    @router.get("/next-domain", dependencies=[Depends(auth.admin)])
+    async def next_domain() -> dict[str, Any]:
+        """The domain whose next group the mix wants (``gateway.domain_mix``), and where every
+        domain stands: a fleet asks before it starts a group."""
+        return service.next_domain()
+
     @router.post("/{rollout_id}/signals")
     async def signals(body: SignalsIn, rollout: Rollout = open_rollout) -> dict[str, Any]:
         items = body if isinstance(body, list) else [body]

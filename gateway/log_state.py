@@ -93,11 +93,11 @@ class EventFollower:
         return False
 
 
-async def follow_queue_head(
-    bootstrap: str, topic: str, on_head: Callable[[int, int], None]
+async def follow_train_steps(
+    bootstrap: str, topic: str, on_step: Callable[[TrainStep], None]
 ) -> None:
-    """Report the trainer's queue head, with the policy version its step made, from each
-    TrainStep on ``topic`` (forge.metrics)."""
+    """Hand over each TrainStep on ``topic`` (forge.metrics), from the first: its queue head
+    frees admission room, its samples per domain steer the mix."""
     consumer = async_consumer(
         bootstrap, topic, auto_offset_reset="earliest", enable_auto_commit=False
     )
@@ -108,6 +108,6 @@ async def follow_queue_head(
             decoded = decode_message(spec, partition=m.partition, offset=m.offset, key=m.key,
                                      value=m.value, consumer="gateway")  # fmt: skip
             if isinstance(decoded, Delivered) and isinstance(decoded.record, TrainStep):
-                on_head(decoded.record.queue_head, decoded.record.policy_version)
+                on_step(decoded.record)
     finally:
         await consumer.stop()

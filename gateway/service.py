@@ -23,6 +23,7 @@ from typing import Any
 
 from gateway.admission import ActiveBuffer
 from gateway.config import GatewaySettings
+from gateway.domain_mix import DomainMix
 from gateway.engine import Engine, Generation
 from gateway.engine_fleet import routing_affinity
 from gateway.errors import EventLogUnavailableError, InvalidRequestError, OverloadedError
@@ -45,6 +46,7 @@ from schemas.records import (
     RolloutAborted,
     RolloutFinished,
     RolloutStarted,
+    TrainStep,
 )
 from schemas.tool_outcomes import StepTools, step_values
 
@@ -83,6 +85,10 @@ class RolloutService:
         self.events = events
         self.metrics = metrics
         self.domains = dict(domains or PipelineFile().resolved_domains())
+        self.mix = DomainMix({name: d.share for name, d in self.domains.items()},
+                             settings.mix_tolerance)  # fmt: skip
+        self._asked: dict[str, float] = {}
+        """When a start of each domain was last asked for (monotonic)."""
         self.rollouts = RolloutRegistry(settings.rollout_timeout_s)
         self.admission = ActiveBuffer(settings.active_buffer)
         if settings.follow_policy:  # else the served version never changes: any head applies
@@ -119,10 +125,11 @@ class RolloutService:
         its domain's (else 1)."""
         domain = self.domain(domain_name)
         group_size = group_size or domain.group_size or 1
+        self._mix_check(domain.name, group_id, group_size)
         rollout, api_key = self.rollouts.create(task_id, group_id, group_size, domain.name)
         if domain.truncation.enabled:
             rollout.progress = StepProgress()
-        if not self.admission.admit(rollout.group_id, group_size):
+        if not self.admission.admit(rollout.group_id, group_size, domain.name):
             self.rollouts.forget(rollout.rollout_id)
             raise OverloadedError(
                 f"the active buffer holds {self.admission.active} rollouts (queued or reserved) "
@@ -153,6 +160,36 @@ class RolloutService:
                 self.admission.release(rollout.group_id)
         self.admission.started(started.queue_index, rollout.group_id)
         return rollout, api_key
+
+    def _mix_check(self, domain: str, group_id: str | None, size: int) -> None:
+        """429 for a new group of a domain over its share while another is starved
+        (``gateway.domain_mix``)."""
+        now = time.monotonic()
+        self._asked[domain] = now
+        if group_id is not None and self.admission.holds(group_id):
+            return
+        window = self.settings.mix_asking_s
+        asking = [d for d, at in self._asked.items() if now - at <= window]
+        why = self.mix.refusal(domain, size, self.admission.held_by_domain(), asking)
+        if why is not None:
+            raise OverloadedError(why, param="domain")
+
+    def next_domain(self) -> dict[str, Any]:
+        """The domain to start next, and each domain's standing in the mix."""
+        held = self.admission.held_by_domain()
+        deficits = self.mix.deficits(held)
+        standing = {
+            name: {"share": d.share, "trained": self.mix.trained[name], "held": held[name],
+                   "deficit": round(deficits[name], 3), "group_size": d.group_size}
+            for name, d in self.domains.items()
+        }  # fmt: skip
+        return {"domain": self.mix.next_domain(held), "domains": standing}
+
+    def on_train_step(self, step: TrainStep) -> None:
+        """A TrainStep from forge.metrics: the trainer's queue head frees room, its samples per
+        domain steer the mix."""
+        self.admission.consumed_to(step.queue_head, step.policy_version)
+        self.mix.record_step(step.step, step.domain_samples)
 
     async def signal(self, rollout: Rollout, signals: Sequence[ProcessSignal]) -> None:
         limit = self.settings.max_signals_per_rollout
@@ -195,7 +232,9 @@ class RolloutService:
         self.rollouts.apply(envelope, datetime.now(UTC), time.monotonic())
         payload = envelope.payload
         if isinstance(payload, RolloutStarted) and payload.queue_index >= 0:
-            self.admission.queued(payload.queue_index, payload.group_id, payload.group_size)
+            self.admission.queued(
+                payload.queue_index, payload.group_id, payload.group_size, payload.domain
+            )
 
     async def abort_unresumable(self) -> None:
         """Rollouts found open in the log that this gateway cannot serve end with the reason."""

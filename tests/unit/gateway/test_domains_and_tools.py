@@ -216,3 +216,22 @@ def test_a_tool_call_block_never_closed_is_malformed():
     parsed = parse_completion('ok <tool_call>{"name": "search"', frozenset({"search"}))
     assert parsed.calls == [] and parsed.content == 'ok <tool_call>{"name": "search"'
     assert parsed.recorded == [ToolCall("", "", well_formed=False, known=False)]
+
+
+async def test_the_mix_names_the_domain_to_start_and_refuses_one_over_its_share(gw):
+    http, _, _ = gw
+    standing = (await http.get("/rollouts/next-domain", headers=ADMIN)).json()
+    assert standing["domain"] == "agent"  # equal shares, nothing held: by name
+    assert standing["domains"]["math"] == {
+        "share": 0.5, "trained": 0, "held": 0, "deficit": 0.0, "group_size": 3}  # fmt: skip
+    assert (await start(http, domain="agent", group_id="a1", group_size=2)).status_code == 200
+    assert (await http.get("/rollouts/next-domain", headers=ADMIN)).json()["domain"] == "math"
+    # math asked for nothing yet: agent may go on alone
+    assert (await start(http, domain="agent", group_id="a2", group_size=2)).status_code == 200
+    assert (await start(http, domain="math", group_id="m1", group_size=1)).status_code == 200
+    refused = await start(http, domain="agent", group_id="a3", group_size=2)
+    assert refused.status_code == 429 and refused.json()["error"]["param"] == "domain"
+    assert "while math is under its share; start math" in refused.json()["error"]["message"]
+    # a member of an admitted group always gets in
+    assert (await start(http, domain="agent", group_id="a2", group_size=2)).status_code == 200
+    assert (await http.get("/rollouts/next-domain")).status_code == 401
