@@ -1,16 +1,22 @@
-"""Does the agent get better, and how fast does each engine play? `forge-rl run` N times from
-scratch per engine: rollouts/s and task reward (all rollouts, first vs last 20%).
+"""Does the agent get better, and how fast? `forge-rl run` N times from scratch per variant:
+rollouts/s, engine seconds and task reward (all rollouts, first vs last 20%), per domain too.
 
-Each run gets a fresh FORGE_HOME and its own broker on free ports, runs the quickstart config
-for its full duration, and leaves `summary.json`; this prints every run's rollouts/s (over the
-agents' time, start-up excluded) and mean task reward (± std over rollouts) of all, the first
-20% and the last 20% of its rollouts, and the spread of both fifths over the runs. With
-`--engine both`, each run index plays the embedded engine and then a local vLLM CPU server
-(`forge-rl run --engine vllm`; scripts/setup_vllm.sh builds its environment) with the same seed,
-and a side-by-side table with the vLLM/embedded ratio follows.
+Each run gets a fresh FORGE_HOME and its own broker on free ports, runs the config for its full
+duration, and leaves `summary.json`; this prints every run's rollouts/s (over the agents' time,
+start-up excluded), engine seconds (the cost ledger's), truncated rollouts and mean task reward
+(± std over rollouts) of all, the first 20% and the last 20% of its rollouts, per domain, and
+the spread of both fifths over the runs. Variants, each run index playing every variant in turn
+with the same seed:
+- `--engine both`: the embedded engine, then a local vLLM CPU server (`forge-rl run --engine
+  vllm`; scripts/setup_vllm.sh builds its environment);
+- `--truncation both`: the pipeline file as it is (off unless it enables it), then with early
+  truncation on for every domain (`--negative-steps` in a row, `gateway.truncation`).
+With two or more variants a side-by-side table follows. `--plot FILE` draws every variant's
+reward curve per domain (a moving mean over rollouts in start order, the runs' mean ± spread).
 
     python bench/main_job.py [--runs 3] [--config examples/quickstart.yaml] [--duration S]
-                             [--engine embedded|vllm|both]
+                             [--engine embedded|vllm|both] [--truncation off|on|both]
+                             [--negative-steps 3] [--plot FILE]
 """
 
 from __future__ import annotations
@@ -23,22 +29,53 @@ import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
+import yaml
 from rich.console import Console
 from rich.table import Table
 
 ROOT = Path(__file__).resolve().parents[1]
 ENGINES = {"embedded": ["embedded"], "vllm": ["vllm"], "both": ["embedded", "vllm"]}
+TRUNCATION = {"off": [False], "on": [True], "both": [False, True]}
 
 
-def one_run(config: Path, duration: float | None, seed: int, engine: str) -> tuple[dict, float]:
+@dataclass(frozen=True)
+class Variant:
+    engine: str
+    truncation: bool
+
+    @property
+    def label(self) -> str:
+        return f"{self.engine}{', truncation' if self.truncation else ''}"
+
+
+def truncating_pipeline(config: Path, negative_steps: int, out_dir: Path) -> Path:
+    """The config's pipeline file with truncation on for every domain."""
+    streams = (yaml.safe_load(config.read_text()) or {}).get("streams", {})
+    source = config.parent / streams["pipeline_file"] if streams.get("pipeline_file") else None
+    pipeline = yaml.safe_load(source.read_text()) if source else {}
+    rule = {"enabled": True, "negative_steps": negative_steps}
+    pipeline["truncation"] = rule
+    for domain in (pipeline.get("domains") or {}).values():
+        domain["truncation"] = rule
+    path = out_dir / "pipeline-truncation.yaml"
+    path.write_text(yaml.safe_dump(pipeline))
+    return path
+
+
+def one_run(
+    config: Path, duration: float | None, seed: int, variant: Variant, pipeline: Path | None
+) -> tuple[dict, float]:
     home = Path(tempfile.mkdtemp(prefix="forge-bench-run-"))
     env = {**os.environ, "FORGE_HOME": str(home), "FORGE_KAFKA_PORT": "0",
            "FORGE_KAFKA_CONTROLLER_PORT": "0", "FORGE_RUN_SEED": str(seed),
            "FORGE_TRAINER_SEED": str(seed), "HF_HUB_OFFLINE": "1"}  # fmt: skip
+    if variant.truncation and pipeline is not None:
+        env["FORGE_STREAMS_PIPELINE_FILE"] = str(pipeline)  # the gateway reads it there too
     cmd = [sys.executable, "-m", "forge_rl.cli", "--config", str(config), "run", "--fresh",
-           "--engine", engine]  # fmt: skip
+           "--engine", variant.engine]  # fmt: skip
     if duration is not None:
         cmd += ["--duration", str(duration)]
     started = time.monotonic()
@@ -52,6 +89,11 @@ def rollouts_per_s(summary: dict) -> float:
     return float(summary["learning"]["rollouts"] / summary["agent_seconds"])
 
 
+def engine_seconds(summary: dict) -> float:
+    costs = summary["reports"]["costs"]
+    return float(dict(zip(costs["columns"], costs["rows"][0], strict=True))["engine_s"])
+
+
 def reward(part: dict) -> str:
     return f"{part['mean']:+.3f} ± {part['std']:.3f}"
 
@@ -60,71 +102,132 @@ def spread(values: list[float]) -> float:
     return statistics.pstdev(values) if len(values) > 1 else 0.0
 
 
-def side_by_side(console: Console, summaries: dict[str, list[dict]]) -> None:
-    """Per engine, the runs' mean rollouts/s and rewards; then vLLM over embedded."""
-    table = Table("engine", "runs", "rollouts/s", "steps/s", "reward (all)", "first 20%",
-                  "last 20%", title="embedded vs vLLM (means over runs)")  # fmt: skip
-    means: dict[str, dict[str, float]] = {}
-    for engine, runs in summaries.items():
+def parts_of(summary: dict) -> dict[str, dict]:
+    """The whole run's learning summary, then each domain's."""
+    return {"all": summary["learning"], **summary.get("learning_by_domain", {})}
+
+
+def side_by_side(console: Console, summaries: dict[Variant, list[dict]]) -> None:
+    """Per variant, the runs' means (± spread over runs) of every figure."""
+    table = Table("variant", "runs", "rollouts/s", "engine s", "truncated", "part", "first 20%",
+                  "last 20%", "gain", title="variants side by side (means over runs)")  # fmt: skip
+    for variant, runs in summaries.items():
         speed = [rollouts_per_s(s) for s in runs]
-        steps = [s["pipeline"]["steps"] / s["agent_seconds"] for s in runs]
-        parts = {p: [s["learning"][p]["mean"] for s in runs] for p in ("overall", "first", "last")}
-        means[engine] = {"speed": statistics.fmean(speed), **{
-            p: statistics.fmean(v) for p, v in parts.items()}}  # fmt: skip
-        table.add_row(
-            engine, str(len(runs)), f"{means[engine]['speed']:.2f} ± {spread(speed):.2f}",
-            f"{statistics.fmean(steps):.3f}",
-            *(f"{means[engine][p]:+.3f} ± {spread(v):.3f}" for p, v in parts.items()),
-        )  # fmt: skip
+        engine = [engine_seconds(s) for s in runs]
+        truncated = [float(s.get("truncated", 0)) for s in runs]
+        for i, part in enumerate(parts_of(runs[0])):
+            firsts = [parts_of(s)[part]["first"]["mean"] for s in runs]
+            lasts = [parts_of(s)[part]["last"]["mean"] for s in runs]
+            gains = [parts_of(s)[part]["gain"] for s in runs]
+            head = (
+                [variant.label, str(len(runs)), f"{statistics.fmean(speed):.2f} ± "
+                 f"{spread(speed):.2f}", f"{statistics.fmean(engine):.0f} ± {spread(engine):.0f}",
+                 f"{statistics.fmean(truncated):.0f}"]
+                if i == 0 else [""] * 5
+            )  # fmt: skip
+            table.add_row(*head, part, f"{statistics.fmean(firsts):+.3f} ± {spread(firsts):.3f}",
+                          f"{statistics.fmean(lasts):+.3f} ± {spread(lasts):.3f}",
+                          f"{statistics.fmean(gains):+.3f}")  # fmt: skip
     console.print(table)
-    embedded, vllm = means["embedded"], means["vllm"]
-    console.print(
-        f"vLLM / embedded: rollouts/s {vllm['speed'] / embedded['speed']:.2f}x; reward (all) "
-        f"{vllm['overall'] - embedded['overall']:+.3f}, last 20% "
-        f"{vllm['last'] - embedded['last']:+.3f} (vLLM minus embedded)"
-    )
+
+
+def moving_mean(values: list[float], width: int) -> list[float]:
+    out, total = [], 0.0
+    for i, value in enumerate(values):
+        total += value - (values[i - width] if i >= width else 0.0)
+        out.append(total / min(i + 1, width))
+    return out
+
+
+def plot(path: Path, summaries: dict[Variant, list[dict]], width: int = 50) -> None:
+    """Per domain, each variant's reward curve over rollouts: the mean of its runs' moving
+    means, shaded ± their spread, over the rollouts every run reached."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from matplotlib import pyplot as plt
+
+    domains = sorted({e[1] for runs in summaries.values() for s in runs for e in s["episodes"]})
+    fig, axes = plt.subplots(1, len(domains), figsize=(6 * len(domains), 4.5), squeeze=False)
+    for ax, domain in zip(axes[0], domains, strict=True):
+        for variant, runs in summaries.items():
+            curves = []
+            for s in runs:
+                rewards = [e[3] for e in s["episodes"] if e[1] == domain and e[3] is not None]
+                curves.append(moving_mean(rewards, width))
+            n = min(len(c) for c in curves)
+            if n == 0:
+                continue
+            mean = [statistics.fmean(c[i] for c in curves) for i in range(n)]
+            dev = [spread([c[i] for c in curves]) for i in range(n)]
+            line = ax.plot(range(n), mean, label=f"{variant.label} ({len(runs)} runs)")[0]
+            ax.fill_between(range(n), [m - d for m, d in zip(mean, dev, strict=True)],
+                            [m + d for m, d in zip(mean, dev, strict=True)],
+                            color=line.get_color(), alpha=0.2)  # fmt: skip
+        ax.set_title(f"domain {domain}")
+        ax.set_xlabel("scored rollouts of the domain, in start order")
+        ax.set_ylabel(f"task reward, moving mean of {width}")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--runs", type=int, default=3, help="runs per engine")
+    parser.add_argument("--runs", type=int, default=3, help="runs per variant")
     parser.add_argument("--config", type=Path, default=ROOT / "examples" / "quickstart.yaml")
     parser.add_argument("--duration", type=float, help="override run.duration_s")
     parser.add_argument(
         "--engine", choices=sorted(ENGINES), default="embedded",
         help="the gateway's engine; both: each run index on each, in turn",
     )  # fmt: skip
+    parser.add_argument("--truncation", choices=sorted(TRUNCATION), default="off",
+                        help="early truncation; both: each run without, then with")  # fmt: skip
+    parser.add_argument("--negative-steps", type=int, default=3,
+                        help="truncate after this many negative steps in a row")  # fmt: skip
+    parser.add_argument("--plot", type=Path, help="write the reward curves here (PNG)")
     args = parser.parse_args()
-    console = Console(width=160)
-    table = Table("run", "engine", "wall s", "rollouts", "rollouts/s", "steps", "reward (all)",
-                  "first 20%", "last 20%", "gain")  # fmt: skip
-    summaries: dict[str, list[dict]] = {engine: [] for engine in ENGINES[args.engine]}
+    console = Console(width=180)
+    variants = [Variant(e, t) for e in ENGINES[args.engine] for t in TRUNCATION[args.truncation]]
+    pipeline = None
+    if any(v.truncation for v in variants):
+        out = Path(tempfile.mkdtemp(prefix="forge-bench-pipeline-"))
+        pipeline = truncating_pipeline(args.config.resolve(), args.negative_steps, out)
+    table = Table("run", "variant", "wall s", "rollouts", "rollouts/s", "engine s", "steps",
+                  "truncated", "part", "reward (all)", "first 20%", "last 20%", "gain")  # fmt: skip
+    summaries: dict[Variant, list[dict]] = {v: [] for v in variants}
     for i in range(args.runs):
-        for engine in summaries:
-            with console.status(f"run {i + 1} of {args.runs}, {engine} engine…"):
-                summary, wall = one_run(args.config, args.duration, seed=i, engine=engine)
-            summaries[engine].append(summary)
-            learning = summary["learning"]
-            table.add_row(
-                str(i + 1), engine, f"{wall:.0f}", str(learning["rollouts"]),
-                f"{rollouts_per_s(summary):.2f}", str(summary["pipeline"]["steps"]),
-                reward(learning["overall"]), reward(learning["first"]), reward(learning["last"]),
-                f"{learning['gain']:+.3f}",
-            )  # fmt: skip
+        for variant in variants:
+            with console.status(f"run {i + 1} of {args.runs}, {variant.label}…"):
+                summary, wall = one_run(args.config, args.duration, i, variant, pipeline)
+            summaries[variant].append(summary)
+            for k, (part, learning) in enumerate(parts_of(summary).items()):
+                head = (
+                    [str(i + 1), variant.label, f"{wall:.0f}", str(learning["rollouts"]),
+                     f"{rollouts_per_s(summary):.2f}", f"{engine_seconds(summary):.0f}",
+                     str(summary["pipeline"]["steps"]), str(summary.get("truncated", 0))]
+                    if k == 0 else [""] * 8
+                )  # fmt: skip
+                table.add_row(*head, part, reward(learning["overall"]), reward(learning["first"]),
+                              reward(learning["last"]), f"{learning['gain']:+.3f}")  # fmt: skip
     console.print(table)
-    for engine, runs in summaries.items():
+    for variant, runs in summaries.items():
         firsts = [s["learning"]["first"]["mean"] for s in runs]
         lasts = [s["learning"]["last"]["mean"] for s in runs]
         console.print(
-            f"{engine}, over {args.runs} runs: first 20% {statistics.fmean(firsts):+.3f} ± "
-            f"{spread(firsts):.3f} (min {min(firsts):+.3f}, max {max(firsts):+.3f}); last 20% "
+            f"{variant.label}, over {args.runs} runs: first 20% {statistics.fmean(firsts):+.3f} "
+            f"± {spread(firsts):.3f} (min {min(firsts):+.3f}, max {max(firsts):+.3f}); last 20% "
             f"{statistics.fmean(lasts):+.3f} ± {spread(lasts):.3f} (min {min(lasts):+.3f}, "
             f"max {max(lasts):+.3f})"
         )
-    if len(summaries) == 2:
+    if len(summaries) > 1:
         side_by_side(console, summaries)
+    if args.plot is not None:
+        plot(args.plot, summaries)
+        console.print(f"reward curves: {args.plot}")
 
 
 if __name__ == "__main__":

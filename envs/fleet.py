@@ -5,6 +5,8 @@ key), starts one agent per rollout with nothing but OPENAI_BASE_URL, OPENAI_API_
 FORGE_TASK, has the environment verify what each agent reports, and closes its rollout:
 process signals and finish, or abort with the reason when the agent crashed, timed out or
 answered nonsense. It knows no task: everything task-specific is behind ``Environment``.
+With several domains, each group is of the domain the gateway's mix names next
+(``GET /rollouts/next-domain``), so what is trained meets the pipeline file's shares.
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import random
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Generic
@@ -20,7 +22,18 @@ from typing import Any, Generic
 import httpx
 
 from envs.agent_launch import AgentExit, Launcher
-from envs.task import Environment, EpisodeScore, T
+from envs.task import Environment, EpisodeScore, T, TaskSpec
+
+TRUNCATED = "truncated"
+"""The status of a rollout the gateway ended early as hopeless (its 409 says so)."""
+
+
+@dataclass(frozen=True)
+class Play(Generic[T]):
+    """A domain as the fleet plays it: its environment and the agent that plays it."""
+
+    environment: Environment[T]
+    launcher: Launcher
 
 
 @dataclass(frozen=True)
@@ -39,10 +52,11 @@ class Episode:
     started: float
     ended: float
     status: str
-    """solved, unsolved or aborted."""
+    """solved, unsolved, aborted, or truncated (ended early by the gateway as hopeless)."""
     reward: float | None
-    """The task's reward (outcome + process signals); None when aborted."""
+    """The task's reward (outcome + process signals); None when aborted or truncated."""
     turns: int
+    domain: str = "default"
 
 
 def verdict(environment: Environment[T], task: T, exit_: AgentExit) -> EpisodeScore | str:
@@ -56,20 +70,19 @@ def verdict(environment: Environment[T], task: T, exit_: AgentExit) -> EpisodeSc
         return f"agent gave no answer: {exc}"
 
 
-class Fleet(Generic[T]):
+class Fleet:
     def __init__(
         self,
         gateway_url: str,
         admin_key: str,
-        environment: Environment[T],
-        launcher: Launcher,
+        plays: Mapping[str, Play[Any]],
         config: FleetConfig,
         failure_log: Path,
     ) -> None:
+        """``plays``: by domain name; one named ``default`` is the gateway's default domain."""
         self.gateway_url = gateway_url
         self.admin_key = admin_key
-        self.environment = environment
-        self.launcher = launcher
+        self.plays = dict(plays)
         self.config = config
         self.failure_log = failure_log
         self.episodes: list[Episode] = []
@@ -85,15 +98,18 @@ class Fleet(Generic[T]):
         async with httpx.AsyncClient(base_url=self.gateway_url, headers=auth, timeout=60) as http:
             try:
                 while not should_stop():
-                    for _ in range(s.group_size):
+                    domain, size = await self._next_domain(http)
+                    for _ in range(size):
                         await slots.acquire()
                     if should_stop():
-                        for _ in range(s.group_size):
+                        for _ in range(size):
                             slots.release()
                         break
-                    task = self.environment.make_task(rng)
-                    for rollout in await self._open_group(http, task):
-                        job = asyncio.create_task(self._episode(http, task, rollout, slots))
+                    play = self.plays[domain]
+                    task = play.environment.make_task(rng)
+                    for rollout in await self._open_group(http, play, domain, task, size):
+                        episode = self._episode(http, play, domain, task, rollout, slots)
+                        job = asyncio.create_task(episode)
                         running.add(job)
                         job.add_done_callback(running.discard)
                 await asyncio.gather(*running)
@@ -102,10 +118,23 @@ class Fleet(Generic[T]):
                     job.cancel()
                 await asyncio.gather(*running, return_exceptions=True)
 
-    async def _open_group(self, http: httpx.AsyncClient, task: T) -> list[dict[str, Any]]:
-        size = self.config.group_size
+    async def _next_domain(self, http: httpx.AsyncClient) -> tuple[str, int]:
+        """The domain of the next group and its size: the gateway's mix decides among several."""
+        if len(self.plays) == 1:
+            return next(iter(self.plays)), self.config.group_size
+        response = await post_patiently(http, "/rollouts/next-domain", None, method="GET")
+        response.raise_for_status()
+        answer = response.json()
+        domain = answer["domain"]
+        if domain not in self.plays:
+            raise ValueError(f"the gateway names domain {domain!r}, which this run does not play")
+        return domain, answer["domains"][domain]["group_size"] or self.config.group_size
+
+    async def _open_group(
+        self, http: httpx.AsyncClient, play: Play[Any], domain: str, task: TaskSpec, size: int
+    ) -> list[dict[str, Any]]:
         body = {"task_id": task.task_id, "group_id": f"g-{task.task_id}", "group_size": size,
-                "metadata": {"task": self.environment.name}}  # fmt: skip
+                "domain": domain, "metadata": {"task": play.environment.name}}  # fmt: skip
         rollouts = []
         for _ in range(size):
             response = await post_patiently(http, "/rollouts", body)
@@ -116,7 +145,9 @@ class Fleet(Generic[T]):
     async def _episode(
         self,
         http: httpx.AsyncClient,
-        task: T,
+        play: Play[Any],
+        domain: str,
+        task: TaskSpec,
         rollout: dict[str, Any],
         slots: asyncio.Semaphore,
     ) -> None:
@@ -130,21 +161,27 @@ class Fleet(Generic[T]):
         self.in_flight += 1
         started = time.time()
         try:
-            exit_ = await self.launcher.run(env, self.config.agent_timeout_s)
-            score = verdict(self.environment, task, exit_)
+            exit_ = await play.launcher.run(env, self.config.agent_timeout_s)
+            score = verdict(play.environment, task, exit_)
             if isinstance(score, str):
-                self._record_failure(rid, score, exit_)
-                await _close(http, f"/rollouts/{rid}/abort", {"reason": score})
-                self.episodes.append(Episode(rid, started, time.time(), "aborted", None, 0))
+                closed = await _close(http, f"/rollouts/{rid}/abort", {"reason": score})
+                status = TRUNCATED if _truncated(closed) else "aborted"
+                if status == "aborted":  # a truncated agent's failure is the gateway's doing
+                    self._record_failure(rid, score, exit_)
+                self.episodes.append(Episode(rid, started, time.time(), status, None, 0, domain))
                 return
             signals = [s._asdict() for s in score.signals]
             if signals:
                 await _close(http, f"/rollouts/{rid}/signals", signals)
             status = "solved" if score.solved else "unsolved"
-            await _close(http, f"/rollouts/{rid}/finish",
-                         {"status": status, "outcome_reward": score.outcome})  # fmt: skip
+            closed = await _close(http, f"/rollouts/{rid}/finish",
+                                  {"status": status, "outcome_reward": score.outcome})  # fmt: skip
+            if _truncated(closed):  # it answered, but after the gateway had ended it
+                status, reward = TRUNCATED, None
+            else:
+                reward = score.total
             self.episodes.append(
-                Episode(rid, started, time.time(), status, score.total, len(score.signals))
+                Episode(rid, started, time.time(), status, reward, len(score.signals), domain)
             )
         finally:
             self.in_flight -= 1
@@ -159,12 +196,14 @@ RETRY_STATUSES = (429, 503)
 MAX_PATIENCE_S = 600.0
 
 
-async def post_patiently(http: httpx.AsyncClient, path: str, body: Any) -> httpx.Response:
+async def post_patiently(
+    http: httpx.AsyncClient, path: str, body: Any, method: str = "POST"
+) -> httpx.Response:
     """POST, waiting as long as the gateway's Retry-After says while it answers 429 (the active
     buffer is full) or 503 (the log is unavailable), up to ``MAX_PATIENCE_S`` in all."""
     waited = 0.0
     while True:
-        response = await http.post(path, json=body)
+        response = await http.request(method, path, json=body)
         if response.status_code not in RETRY_STATUSES or waited >= MAX_PATIENCE_S:
             return response
         delay = float(response.headers.get("retry-after", "1"))
@@ -172,8 +211,15 @@ async def post_patiently(http: httpx.AsyncClient, path: str, body: Any) -> httpx
         waited += delay
 
 
-async def _close(http: httpx.AsyncClient, path: str, body: Any) -> None:
-    """POST a lifecycle call; 409 means the gateway already closed the rollout (its timeout)."""
+async def _close(http: httpx.AsyncClient, path: str, body: Any) -> httpx.Response:
+    """POST a lifecycle call; 409 means the gateway already closed the rollout (its timeout,
+    or its truncation)."""
     response = await post_patiently(http, path, body)
     if response.status_code != 409:
         response.raise_for_status()
+    return response
+
+
+def _truncated(closed: httpx.Response) -> bool:
+    """The gateway had already ended the rollout as truncated."""
+    return closed.status_code == 409 and f"already {TRUNCATED}" in closed.text

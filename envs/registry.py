@@ -5,11 +5,13 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from envs.echo.task import EchoEnvironment
 from envs.guess.task import GuessEnvironment
 from envs.task import Environment, TaskOptions
 
 ENVIRONMENTS: dict[str, Callable[[TaskOptions], Environment[Any]]] = {
     "guess": lambda options: GuessEnvironment(options.max_turns),
+    "echo": lambda options: EchoEnvironment(),
 }
 
 

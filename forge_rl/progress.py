@@ -23,6 +23,20 @@ RECENT = 100
 
 
 @dataclass(frozen=True)
+class DomainView:
+    """One domain's numbers in a run over several."""
+
+    name: str
+    mean_reward: float | None
+    """Mean task reward of its scored rollouts among its last ``RECENT``."""
+    solved: int
+    window: int
+    """Its last ``RECENT`` rollouts (at most)."""
+    trained_share: float | None
+    """Its share of the samples trained so far."""
+
+
+@dataclass(frozen=True)
 class ProgressView:
     elapsed_s: float
     duration_s: float
@@ -43,6 +57,8 @@ class ProgressView:
     """Solved among the last ``RECENT`` rollouts."""
     staleness_mean: float | None = None
     staleness_max: int | None = None
+    domains: tuple[DomainView, ...] = ()
+    """Per domain, when the run plays more than one."""
 
     @property
     def window(self) -> int:
@@ -63,6 +79,7 @@ def progress_view(
     recent = episodes[-RECENT:]
     rewards = [e.reward for e in recent if e.reward is not None]
     step = pipeline.last_step
+    names = sorted({e.domain for e in episodes} | set(pipeline.trained_by_domain))
     return ProgressView(
         elapsed_s=elapsed_s,
         duration_s=duration_s,
@@ -80,7 +97,29 @@ def progress_view(
         solved=sum(e.status == "solved" for e in recent),
         staleness_mean=step.staleness_mean if step else None,
         staleness_max=step.staleness_max if step else None,
+        domains=tuple(domain_view(n, episodes, pipeline.trained_by_domain) for n in names)
+        if len(names) > 1
+        else (),
     )
+
+
+def domain_view(name: str, episodes: Sequence[Episode], trained: dict[str, int]) -> DomainView:
+    recent = [e for e in episodes if e.domain == name][-RECENT:]
+    rewards = [e.reward for e in recent if e.reward is not None]
+    total = sum(trained.values())
+    return DomainView(
+        name=name,
+        mean_reward=sum(rewards) / len(rewards) if rewards else None,
+        solved=sum(e.status == "solved" for e in recent),
+        window=len(recent),
+        trained_share=trained.get(name, 0) / total if total else None,
+    )
+
+
+def _domain_text(domain: DomainView) -> str:
+    reward = "-" if domain.mean_reward is None else f"{domain.mean_reward:+.3f}"
+    share = "-" if domain.trained_share is None else f"{domain.trained_share:.0%}"
+    return f"{domain.name} {reward} (solved {domain.solved}/{domain.window}, {share} of trained)"
 
 
 def format_progress_line(view: ProgressView) -> str:
@@ -102,6 +141,7 @@ def format_progress_line(view: ProgressView) -> str:
         parts.append(f"staleness {view.staleness_mean:.1f} (max {view.staleness_max})")
     else:
         parts.append("staleness -")
+    parts += [_domain_text(d) for d in view.domains]
     return " | ".join(parts)
 
 
@@ -122,6 +162,8 @@ def progress_table(view: ProgressView, title: str) -> Table:
     if view.staleness_mean is not None:
         table.add_row("staleness", f"mean {view.staleness_mean:.1f}, max {view.staleness_max}"
                       " policy versions")  # fmt: skip
+    for domain in view.domains:
+        table.add_row(f"domain {domain.name}", _domain_text(domain).removeprefix(domain.name + " "))
     return table
 
 

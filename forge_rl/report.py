@@ -68,6 +68,30 @@ def draw_rewards(fig: Figure, data: dict[str, Frame]) -> None:
     ax.grid(alpha=0.3)
 
 
+def draw_domains(fig: Figure, data: dict[str, Frame]) -> None:
+    """Each domain's mean reward by policy version, and its share of what was trained."""
+    frame = data["domain_rewards"]
+    rewards, shares = fig.subplots(1, 2)
+    if not frame:
+        _no_data(rewards, "rollouts")
+        _no_data(shares, "rollouts")
+        return
+    parts = frame.by("domain")
+    total = sum(frame.col("trained")) or 1.0
+    for name, part in parts.items():
+        rewards.plot(part.col("policy_version"), part.col("mean_reward"), marker="o", ms=3,
+                     label=name)  # fmt: skip
+    rewards.set_xlabel("policy version")
+    rewards.set_ylabel("mean reward per rollout")
+    rewards.legend(fontsize=8)
+    rewards.grid(alpha=0.3)
+    names = list(parts)
+    shares.bar(names, [sum(parts[n].col("trained")) / total for n in names], color="tab:blue")
+    shares.set_ylabel("share of trained samples")
+    shares.set_ylim(0, 1)
+    shares.grid(alpha=0.3, axis="y")
+
+
 def draw_staleness(fig: Figure, data: dict[str, Frame]) -> None:
     hist, per_step = fig.subplots(1, 2)
     frame = data["staleness"]
@@ -230,6 +254,10 @@ PICTURES: tuple[Picture, ...] = (
             "Top: per-token KL estimate (k3) between the behaviour and the current policy, "
             "mean and max per step. Bottom: importance weight π_θ/π_old, mean ± std and max, "
             "with the clipped fraction on the right axis.", draw_kl),
+    Picture("domains.png", "Domains",
+            "Left: each domain's mean reward per rollout by the policy version that generated "
+            "it. Right: each domain's share of the samples trained (the mix admission steers "
+            "to the pipeline file's shares).", draw_domains),
     Picture("throughput.png", "Throughput",
             "Rollouts finished and samples trained per minute, each over the trailing minute "
             "(or 1/30 of the span when longer).",

@@ -123,6 +123,13 @@ def report_queries(span: Span) -> dict[str, tuple[str, str]]:
                 FROM rollouts FINAL {rollouts}
                 GROUP BY policy_version ORDER BY policy_version""",
         ),
+        "domain_rewards": (
+            "Reward and trained share by domain and policy version",
+            f"""SELECT domain, policy_version, count() AS rollouts,
+                       avg(total_reward) AS mean_reward, countIf(staleness >= 0) AS trained
+                FROM rollouts FINAL {rollouts}
+                GROUP BY domain, policy_version ORDER BY domain, policy_version""",
+        ),
         "staleness": (
             "Rollouts by staleness at consumption",
             f"""SELECT staleness, count() AS rollouts FROM rollouts FINAL {rollouts}
@@ -163,6 +170,14 @@ class Frame:
 
     def __len__(self) -> int:
         return len(self.rows)
+
+    def by(self, name: str) -> dict[str, Frame]:
+        """The rows split by the text of column ``name``, in order of first appearance."""
+        i = self.columns.index(name)
+        parts: dict[str, list[tuple[Any, ...]]] = {}
+        for row in self.rows:
+            parts.setdefault(str(row[i]), []).append(row)
+        return {key: Frame(self.columns, tuple(rows)) for key, rows in parts.items()}
 
     def col(self, name: str) -> list[float]:
         """A column as floats; NULL -> nan. The worker's endpoint sends every value as text

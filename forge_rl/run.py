@@ -21,8 +21,8 @@ import httpx
 from rich.console import Console
 from rich.table import Table
 
-from envs.agent_launch import CommandLauncher, Launcher
-from envs.fleet import Fleet, FleetConfig
+from envs.agent_launch import CommandLauncher
+from envs.fleet import Fleet, FleetConfig, Play
 from envs.registry import make_environment
 from envs.task import TaskOptions
 from forge_rl.learning import LearningSummary, learning_summary
@@ -114,8 +114,11 @@ class Runner:
         self.gateway_url = ""
         self.web_url = ""
         self.supervisor: Supervisor | None = None
-        self.environment = make_environment(settings.task, TaskOptions(settings.max_turns))
-        self.fleet: Fleet[Any] | None = None
+        options = TaskOptions(settings.max_turns)
+        self.environments = {
+            domain: make_environment(name, options) for domain, name in settings.played.items()
+        }
+        self.fleet: Fleet | None = None
         self.state = RunState()
         self.rates: deque[tuple[float, int]] = deque(maxlen=40)
         self.started_broker = False
@@ -212,16 +215,19 @@ class Runner:
         self.supervisor.adopt("vllm", server.process, log_path)
         return gateway_engine(server)
 
-    def launcher(self) -> Launcher:
-        if self.settings.agent_cmd:
-            return CommandLauncher(self.settings.agent_cmd)
-        return self.environment.agent()
+    def plays(self) -> dict[str, Play[Any]]:
+        """Each domain's environment and agent: the built-in one, or ``agent_cmd`` for all."""
+        command = self.settings.agent_cmd
+        return {
+            domain: Play(env, CommandLauncher(command) if command else env.agent())
+            for domain, env in self.environments.items()
+        }
 
     async def drive(self, watch: PipelineWatch) -> None:
         s = self.settings
         config = FleetConfig(s.agents, s.group_size, s.agent_timeout_s, s.seed)
-        fleet = self.fleet = Fleet(self.gateway_url, self.admin_key, self.environment,
-                                   self.launcher(), config, self.logs / "agents.log")  # fmt: skip
+        fleet = self.fleet = Fleet(self.gateway_url, self.admin_key, self.plays(), config,
+                                   self.logs / "agents.log")  # fmt: skip
         agents = asyncio.create_task(fleet.run(self._should_stop))
         title = f"forge-rl run {self.run_id}"
         loop = asyncio.get_running_loop()
@@ -299,10 +305,12 @@ class Runner:
 
     # --- end ---------------------------------------------------------------------------------
 
-    def report(self, summary: LearningSummary) -> dict[str, Any]:
+    def report(
+        self, summary: LearningSummary, by_domain: dict[str, LearningSummary]
+    ) -> dict[str, Any]:
         """Analytics from the worker's store once its sink has caught up, and where data is."""
         from infra.analytics import AnalyticsUnavailableError, owner_key, query_owner
-        from streams.reports import REPORTS, STORED_ROLLOUTS, rewards_by_version_groups
+        from streams.reports import COSTS, REPORTS, STORED_ROLLOUTS, rewards_by_version_groups
 
         assert self.fleet is not None
         expected = len(self.fleet.episodes)
@@ -323,7 +331,8 @@ class Runner:
         tables: dict[str, Any] = {}
         reports = {
             "rewards": rewards_by_version_groups(self.state.served_version // 10 + 1),
-            **{name: REPORTS[name] for name in ("durations", "staleness")},
+            **{name: REPORTS[name] for name in ("durations", "staleness", "domains")},
+            "costs": COSTS,
         }
         for name, (title, sql) in reports.items():
             try:
@@ -336,12 +345,13 @@ class Runner:
             for row in rows:
                 table.add_row(*(str(v) for v in row))
             self.console.print(table)
-        self.console.print(
-            f"rewards (task reward per rollout, {summary.rollouts} rollouts, "
-            f"{summary.aborted} aborted): first 20% {summary.first.mean:+.3f} "
-            f"± {summary.first.std:.3f} → last 20% {summary.last.mean:+.3f} "
-            f"± {summary.last.std:.3f} (gain {summary.gain:+.3f})"
-        )
+        for name, part in [("rewards", summary), *by_domain.items()]:
+            self.console.print(
+                f"{name} (task reward per rollout, {part.rollouts} rollouts, "
+                f"{part.aborted} aborted or truncated): first 20% {part.first.mean:+.3f} "
+                f"± {part.first.std:.3f} → last 20% {part.last.mean:+.3f} "
+                f"± {part.last.std:.3f} (gain {part.gain:+.3f})"
+            )
         if count < expected:
             self.console.print(f"[yellow]the sink held {count} of {expected} rollouts after "
                                f"{self.settings.drain_timeout_s:.0f} s[/yellow]")  # fmt: skip
@@ -396,7 +406,13 @@ def run(settings: RunSettings, infra: InfraSettings, config_file: Path | None,
         assert runner.fleet is not None
         episodes = sorted(runner.fleet.episodes, key=lambda e: e.started)
         summary = learning_summary([e.reward for e in episodes])
-        analytics = runner.report(summary)
+        domains = sorted({e.domain for e in episodes})
+        by_domain = (
+            {d: learning_summary([e.reward for e in episodes if e.domain == d]) for d in domains}
+            if len(domains) > 1
+            else {}
+        )
+        analytics = runner.report(summary, by_domain)
         runner.where(bootstrap)
         record = {
             "run_id": runner.run_id,
@@ -413,6 +429,12 @@ def run(settings: RunSettings, infra: InfraSettings, config_file: Path | None,
                 "steps": watch.snapshot.last_step.step if watch.snapshot.last_step else 0,
             },
             "learning": summary.as_dict(),
+            "learning_by_domain": {d: part.as_dict() for d, part in by_domain.items()},
+            "truncated": sum(e.status == "truncated" for e in episodes),
+            "episodes": [
+                [round(e.started - episodes[0].started, 3), e.domain, e.status, e.reward]
+                for e in episodes
+            ],
             **analytics,
         }
         (runner.run_dir / "summary.json").write_text(json.dumps(record, indent=2, default=str))

@@ -9,12 +9,19 @@ from pydantic_settings import SettingsConfigDict
 
 from envs.registry import ENVIRONMENTS
 from infra.settings import ForgeSettings
+from schemas.pipeline_file import DEFAULT_DOMAIN
 
 
 class RunSettings(ForgeSettings):
     model_config = SettingsConfigDict(env_prefix="FORGE_RUN_", extra="forbid")
 
     task: str = Field(default="guess", description="The environment played (envs/registry.py).")
+    domains: dict[str, str] = Field(
+        default_factory=dict,
+        description="Domain name -> environment played for it, one run over several domains; "
+        "the pipeline file names the same domains (their shares, rewards, group sizes). Empty: "
+        "`task` alone, as the domain `default`.",
+    )
     agents: int = Field(default=8, ge=1, description="Agent processes running at once.")
     group_size: int = Field(default=4, ge=1, description="Rollouts per task (the reward group).")
     max_turns: int = Field(default=4, ge=1, le=32, description="Tool calls per episode.")
@@ -57,6 +64,18 @@ class RunSettings(ForgeSettings):
         if name not in ENVIRONMENTS:
             raise ValueError(f"no environment {name!r} (known: {', '.join(sorted(ENVIRONMENTS))})")
         return name
+
+    @field_validator("domains")
+    @classmethod
+    def _known_environments(cls, domains: dict[str, str]) -> dict[str, str]:
+        for name in domains.values():
+            cls._known_task(name)
+        return domains
+
+    @property
+    def played(self) -> dict[str, str]:
+        """Domain -> environment of every domain this run plays."""
+        return self.domains or {DEFAULT_DOMAIN: self.task}
 
     @model_validator(mode="after")
     def _a_group_fits(self) -> RunSettings:

@@ -8,8 +8,11 @@ one rule. Each signal lands on the step of the tool call it concerns:
 - otherwise a call whose result is *used*: a completion at or after the step that received the
   result repeats one of the result's words of at least ``used_min_chars`` characters
   (case-insensitive, whole words) → ``used_result``.
-A result naming no call the rollout made, or a call's second result, earns nothing. Where the
-task sent signals of its own for a step, they stand for that step and these are left out.
+A result is matched to its call by id. One whose id names no call the rollout made — an agent
+that reads its model's answer leniently (a bare "7" taken as ``guess(7)``) makes up its own id
+— answers the completion just before it: it is taken as a result of the previous step's call,
+if that step made no well-formed call of its own. A call's second result earns nothing. Where
+the task sent signals of its own for a step, they stand for that step and these are left out.
 """
 
 from __future__ import annotations
@@ -63,9 +66,12 @@ def tool_signals(steps: Sequence[StepTools], rules: ToolRewards) -> list[ToolSig
     for step, facts in enumerate(steps):
         for result in facts.results:
             called = call_step.get(result.tool_call_id)
-            if called is None or called >= step or result.tool_call_id in answered:
+            key = result.tool_call_id
+            if called is None and step > 0 and not _made_calls(steps[step - 1]):
+                called, key = step - 1, f"#{step - 1}"  # the completion it answers
+            if called is None or called >= step or key in answered:
                 continue
-            answered.add(result.tool_call_id)
+            answered.add(key)
             if error.search(result.content):
                 signals.append(ToolSignal(called, "error_result", rules.error_result))
             elif _used(result.content, steps[step:], rules.used_min_chars):
@@ -92,6 +98,10 @@ def step_values(
         if values:
             values[min(step, len(values) - 1)] += value
     return values
+
+
+def _made_calls(facts: StepTools) -> bool:
+    return any(call.well_formed for call in facts.calls)
 
 
 def _used(content: str, later: Sequence[StepTools], min_chars: int) -> bool:

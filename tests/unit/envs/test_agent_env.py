@@ -18,7 +18,7 @@ from envs.agent_launch import (
     Launcher,
     agent_environment,
 )
-from envs.fleet import Fleet, FleetConfig
+from envs.fleet import Fleet, FleetConfig, Play
 from envs.guess.task import GuessEnvironment
 
 SECRETS = {
@@ -50,14 +50,15 @@ def agent_sees(launcher: Launcher, tmp_path) -> dict[str, str]:
     recording = Recording(launcher)
     env = GuessEnvironment(max_turns=4)
     config = FleetConfig(agents=4, group_size=4, agent_timeout_s=60)
-    fleet = Fleet("http://gateway", "admin", env, recording, config, tmp_path / "agents.log")
+    play = Play(env, recording)
+    fleet = Fleet("http://gateway", "admin", {"default": play}, config, tmp_path / "agents.log")
     rollout = {"rollout_id": "r-1", "base_url": "http://gateway/r/r-1/v1", "api_key": "rk-1"}
     task = env.make_task(random.Random(0))
 
     async def episode() -> None:
         stub = httpx.MockTransport(lambda request: httpx.Response(200, json={}))
         async with httpx.AsyncClient(base_url="http://gateway", transport=stub) as http:
-            await fleet._episode(http, task, rollout, asyncio.Semaphore(0))
+            await fleet._episode(http, play, "default", task, rollout, asyncio.Semaphore(0))
 
     asyncio.run(episode())
     (exit_,) = recording.exits

@@ -10,7 +10,7 @@ from dataclasses import asdict, dataclass
 import httpx
 
 from envs.agent_launch import AgentExit
-from envs.fleet import Fleet, FleetConfig
+from envs.fleet import Fleet, FleetConfig, Play
 from envs.task import EpisodeScore, Signal
 
 
@@ -60,7 +60,8 @@ def test_a_new_environment_needs_no_fleet_code(tmp_path, monkeypatch):
 
     env = EchoEnvironment()
     config = FleetConfig(agents=2, group_size=2, agent_timeout_s=5, seed=1)
-    fleet = Fleet("http://gateway", "admin", env, env.agent(), config, tmp_path / "agents.log")
+    plays = {"default": Play(env, env.agent())}
+    fleet = Fleet("http://gateway", "admin", plays, config, tmp_path / "agents.log")
 
     real = httpx.AsyncClient
 
@@ -103,3 +104,52 @@ async def test_the_fleet_waits_as_long_as_retry_after_says(monkeypatch):
     async with httpx.AsyncClient(transport=httpx.MockTransport(gateway), base_url="http://g") as h:
         response = await fleet.post_patiently(h, "/rollouts", {"task_id": "t"})
     assert response.status_code == 200 and slept == [2.0, 1.0]
+
+
+class CountingEnvironment(EchoEnvironment):
+    """Another domain's environment: its own tasks, its own name."""
+
+    name = "count"
+
+    def make_task(self, rng: random.Random) -> EchoTask:
+        return EchoTask(f"count-{rng.getrandbits(32):08x}", rng.randint(1, 3))
+
+
+def test_with_several_domains_each_group_is_of_the_domain_the_gateway_names(tmp_path, monkeypatch):
+    """The gateway's mix is stubbed: it names echo, echo, count, ...; count's groups are of its
+    own size (3), echo's of the run's (2); a rollout the gateway truncated is counted as such."""
+    named = iter(["echo", "echo", "count"] * 20)
+    calls: list[tuple[str, object]] = []
+
+    def gateway(request: httpx.Request) -> httpx.Response:
+        path = request.url.path
+        if path == "/rollouts/next-domain":
+            domain = next(named)
+            sizes = {"echo": {"group_size": None}, "count": {"group_size": 3}}
+            return httpx.Response(200, json={"domain": domain, "domains": sizes})
+        body = json.loads(request.content)
+        calls.append((path, body))
+        if path == "/rollouts":
+            rid = f"r-{sum(p == '/rollouts' for p, _ in calls)}"
+            return httpx.Response(200, json={"rollout_id": rid, "api_key": "k", "base_url": "u"})
+        if path.endswith("/abort"):
+            message = "rollout r is already truncated: 3 consecutive steps"
+            return httpx.Response(409, json={"error": {"message": message}})
+        return httpx.Response(200, json={})
+
+    plays = {"echo": Play(EchoEnvironment(), EchoAgent()),
+             "count": Play(CountingEnvironment(), EchoAgent())}  # fmt: skip
+    config = FleetConfig(agents=3, group_size=2, agent_timeout_s=5, seed=1)
+    fleet = Fleet("http://gateway", "admin", plays, config, tmp_path / "agents.log")
+    real = httpx.AsyncClient
+    stub = httpx.MockTransport(gateway)
+    monkeypatch.setattr(httpx, "AsyncClient", lambda **kw: real(transport=stub, **kw))
+    asyncio.run(fleet.run(lambda: len(fleet.episodes) >= 14))
+    opened = [body for path, body in calls if path == "/rollouts"]
+    assert opened[:7] == [opened[0]] * 2 + [opened[2]] * 2 + [opened[4]] * 3
+    assert [b["domain"] for b in opened[:7]] == ["echo"] * 4 + ["count"] * 3
+    assert {b["metadata"]["task"] for b in opened if b["domain"] == "count"} == {"count"}
+    assert {b["group_size"] for b in opened if b["domain"] == "count"} == {3}
+    assert {e.domain for e in fleet.episodes} == {"echo", "count"}
+    assert {e.status for e in fleet.episodes if e.reward is None} == {"truncated"}
+    assert not (tmp_path / "agents.log").exists()  # a truncation is no agent failure

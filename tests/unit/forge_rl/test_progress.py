@@ -26,8 +26,8 @@ STEP = TrainStep(step=12, policy_version=11, loss=-0.0123, samples=8, tokens=100
                  staleness_max=3, step_time_s=0.3, ts=datetime.now(UTC))  # fmt: skip
 
 
-def episode(status: str, reward: float | None) -> Episode:
-    return Episode("r", 0.0, 1.0, status, reward, 2)
+def episode(status: str, reward: float | None, domain: str = "default") -> Episode:
+    return Episode("r", 0.0, 1.0, status, reward, 2, domain)
 
 
 def view(**overrides) -> ProgressView:
@@ -44,6 +44,21 @@ def test_the_line_holds_every_number():
         "samples 100 | policy v11 | step 12 loss -0.0123 | "
         "reward +0.123 (last 98, solved 40/100) | staleness 1.2 (max 3)"
     )
+
+
+def test_with_several_domains_the_line_gives_each_ones_reward_and_trained_share():
+    episodes = [episode("solved", 1.1, "echo")] * 3 + [episode("unsolved", -0.2, "guess")]
+    episodes += [episode("truncated", None, "guess")]
+    pipeline = PipelineSnapshot(9, 1.5, 4, STEP, trained_by_domain={"echo": 30, "guess": 10})
+    got = progress_view(elapsed_s=5, duration_s=60, episodes=episodes, running=0,
+                        rollouts_per_s=1.0, pipeline=pipeline, served_version=1)  # fmt: skip
+    assert format_progress_line(got).endswith(
+        "| echo +1.100 (solved 3/3, 75% of trained) | guess -0.200 (solved 0/2, 25% of trained)"
+    )
+    one = progress_view(elapsed_s=5, duration_s=60, episodes=episodes[:3], running=0,
+                        rollouts_per_s=1.0, pipeline=PipelineSnapshot(),
+                        served_version=1)  # fmt: skip
+    assert one.domains == ()
 
 
 def test_before_training_and_rewards_the_line_says_so():

@@ -42,7 +42,8 @@ def rollout(i, when):
                   status=status, started_at=when - timedelta(seconds=3), ended_at=when,
                   duration_s=3.0, outcome_reward=None if status == "aborted" else float(solved),
                   total_reward=float(solved) - 0.1 * (i % 3), num_calls=2, prompt_tokens=50,
-                  completion_tokens=20, policy_version=version, staleness=-1 if i == 47 else i % 4)
+                  completion_tokens=20, policy_version=version, staleness=-1 if i == 47 else i % 4,
+                  domain="chat" if i % 3 == 0 else "math")
     return values
 
 rows = [rollout(i, t0 + timedelta(seconds=4 * i)) for i in range(48)]

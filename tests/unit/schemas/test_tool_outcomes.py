@@ -58,7 +58,7 @@ def test_results_of_unknown_ids_later_calls_or_second_answers_are_ignored():
         StepTools(
             calls=(call("c2"),),
             results=(
-                ToolResult("nobody", "error"),  # no call of this rollout
+                ToolResult("nobody", "error"),  # no call of this rollout, and step 0 made one
                 ToolResult("c2", "error"),  # its own step's call: not answered yet
                 ToolResult("c1", "fine result"),
                 ToolResult("c1", "error"),  # a second answer to c1
@@ -67,6 +67,20 @@ def test_results_of_unknown_ids_later_calls_or_second_answers_are_ignored():
         ),
     ]
     assert tool_signals(steps, RULES) == [ToolSignal(0, "used_result", 0.05)]
+
+
+def test_a_result_with_a_made_up_id_answers_the_completion_before_it():
+    """A lenient agent took a bare answer as a call and named the result itself."""
+    steps = [
+        StepTools(completion_text="7"),
+        StepTools(results=(ToolResult("call_0", "invalid: call guess with one digit"),)),
+        StepTools(results=(ToolResult("call_1", "lower"), ToolResult("call_x", "error"))),
+        StepTools(completion_text="it is lower"),
+    ]
+    assert tool_signals(steps, RULES) == [
+        ToolSignal(0, "error_result", -0.05),
+        ToolSignal(1, "used_result", 0.05),  # the second made-up result of step 2 counts once
+    ]
 
 
 def test_the_values_and_the_error_pattern_are_settings():

@@ -1,0 +1,1 @@
+"""Say the digit: the built-in single-turn task, a second domain beside the guess task."""
