@@ -28,10 +28,12 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
+import psutil
 import yaml
 from rich.console import Console
 from rich.table import Table
@@ -65,6 +67,70 @@ def truncating_pipeline(config: Path, negative_steps: int, out_dir: Path) -> Pat
     return path
 
 
+SERVICES = ("trainer", "gateway", "streams")
+CPU_PARTS = ("agents", "trainer", "gateway", "streams", "kafka", "run (fleet, progress)", "other")
+
+
+def service_of(process: psutil.Process) -> str:
+    """Which part of a run a process is: a service, the broker, an agent, the run itself."""
+    try:
+        args = process.cmdline()
+    except psutil.Error:
+        return "other"
+    line = " ".join(args)
+    if "forkserver" in line or "envs." in line:
+        return "agents"
+    if args and args[0].endswith("java"):
+        return "kafka"
+    for service in SERVICES:
+        if service in args:
+            return service
+    return "run (fleet, progress)" if "run" in args else "other"
+
+
+class CpuSampler(threading.Thread):
+    """CPU seconds of a run's process tree by part, sampled every ``every_s``: each process's
+    own time at its last sample. Agents are forked by a fork server, which reaps them: they
+    count through its children's time, not one by one (their last sample would miss the end)."""
+
+    def __init__(self, root: int, every_s: float = 0.5) -> None:
+        super().__init__(name="cpu-sampler", daemon=True)
+        self.root, self.every_s = root, every_s
+        self.last: dict[int, tuple[str, float]] = {}
+        self.done = threading.Event()
+
+    def run(self) -> None:
+        try:
+            top = psutil.Process(self.root)
+        except psutil.Error:
+            return
+        while not self.done.is_set():
+            try:
+                tree = [top, *top.children(recursive=True)]
+            except psutil.Error:
+                break
+            for process in tree:
+                try:
+                    part = self.last.get(process.pid, (service_of(process), 0.0))[0]
+                    parent = process.parent()
+                    if part == "agents" and parent is not None and service_of(parent) == "agents":
+                        continue  # a forked agent: its fork server counts it once reaped
+                    times = process.cpu_times()
+                    own = times.user + times.system
+                    if part == "agents":
+                        own += times.children_user + times.children_system
+                    self.last[process.pid] = (part, own)
+                except psutil.Error:
+                    continue
+            self.done.wait(self.every_s)
+
+    def totals(self) -> dict[str, float]:
+        out: dict[str, float] = {}
+        for part, seconds in self.last.values():
+            out[part] = out.get(part, 0.0) + seconds
+        return out
+
+
 def one_run(
     config: Path, duration: float | None, seed: int, variant: Variant, pipeline: Path | None
 ) -> tuple[dict, float]:
@@ -79,10 +145,16 @@ def one_run(
     if duration is not None:
         cmd += ["--duration", str(duration)]
     started = time.monotonic()
-    subprocess.run(cmd, env=env, check=True, stdout=subprocess.DEVNULL)
+    runner = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL)
+    sampler = CpuSampler(runner.pid)
+    sampler.start()
+    if runner.wait() != 0:
+        raise subprocess.CalledProcessError(runner.returncode, cmd)
+    sampler.done.set()
+    sampler.join()
     wall = time.monotonic() - started
     (summary,) = home.glob("runs/*/summary.json")
-    return json.loads(summary.read_text()), wall
+    return {**json.loads(summary.read_text()), "cpu_s": sampler.totals()}, wall
 
 
 def rollouts_per_s(summary: dict) -> float:
@@ -223,6 +295,15 @@ def main() -> None:
             f"{statistics.fmean(lasts):+.3f} ± {spread(lasts):.3f} (min {min(lasts):+.3f}, "
             f"max {max(lasts):+.3f})"
         )
+    cpu = Table("run", "variant", "wall s", *(f"{p} cpu-s" for p in CPU_PARTS), "sum",
+                title="CPU seconds by part of the run (2 cores: at most 2 x wall)")  # fmt: skip
+    for variant, runs in summaries.items():
+        for i, s in enumerate(runs):
+            parts = s["cpu_s"]
+            cpu.add_row(str(i + 1), variant.label, f"{s['seconds']:.0f}",
+                        *(f"{parts.get(p, 0.0):.0f}" for p in CPU_PARTS),
+                        f"{sum(parts.values()):.0f}")  # fmt: skip
+    console.print(cpu)
     if len(summaries) > 1:
         side_by_side(console, summaries)
     if args.plot is not None:

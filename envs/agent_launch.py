@@ -118,13 +118,20 @@ def _forked_main(target: Callable[[], None], env: dict[str, str], conn: Connecti
     conn.close()
 
 
+_PRELOADED: set[str] = set()
+"""Modules the process's fork server imports before it forks an agent."""
+
+
 class ForkedLauncher:
     """Runs ``target`` in a fresh process per episode, forked from a preloaded server."""
 
     def __init__(self, target: Callable[[], None], preload: list[str]) -> None:
         self.target = target
         self.context = multiprocessing.get_context("forkserver")
-        self.context.set_forkserver_preload(preload)
+        # One fork server serves every launcher of the process (a run over several domains
+        # has one per environment): it preloads what all of them asked for, not the last's.
+        _PRELOADED.update(preload)
+        self.context.set_forkserver_preload(sorted(_PRELOADED))
 
     async def run(self, env: Mapping[str, str], timeout_s: float) -> AgentExit:
         receive, send = self.context.Pipe(duplex=False)

@@ -94,6 +94,7 @@ class Fleet:
         rng = random.Random(s.seed)
         slots = asyncio.Semaphore(s.agents)
         running: set[asyncio.Task[None]] = set()
+        finished: list[asyncio.Task[None]] = []
         auth = {"Authorization": f"Bearer {self.admin_key}"}
         async with httpx.AsyncClient(base_url=self.gateway_url, headers=auth, timeout=60) as http:
             try:
@@ -107,11 +108,16 @@ class Fleet:
                         break
                     play = self.plays[domain]
                     task = play.environment.make_task(rng)
-                    for rollout in await self._open_group(http, play, domain, task, size):
-                        episode = self._episode(http, play, domain, task, rollout, slots)
+                    for _ in range(size):  # each agent starts as soon as its rollout is open
+                        episode = self._episode(http, play, domain, task, size, slots)
                         job = asyncio.create_task(episode)
                         running.add(job)
                         job.add_done_callback(running.discard)
+                        job.add_done_callback(finished.append)
+                    for job in finished:  # a gateway that refuses a start stops the fleet
+                        if not job.cancelled():
+                            job.result()
+                    finished.clear()
                 await asyncio.gather(*running)
             finally:
                 for job in running:
@@ -130,17 +136,17 @@ class Fleet:
             raise ValueError(f"the gateway names domain {domain!r}, which this run does not play")
         return domain, answer["domains"][domain]["group_size"] or self.config.group_size
 
-    async def _open_group(
+    async def _open_rollout(
         self, http: httpx.AsyncClient, play: Play[Any], domain: str, task: TaskSpec, size: int
-    ) -> list[dict[str, Any]]:
+    ) -> dict[str, Any]:
+        """One member of the task's group (the gateway admits a group whole: its first member
+        reserves room for all, so members opened at once all get in)."""
         body = {"task_id": task.task_id, "group_id": f"g-{task.task_id}", "group_size": size,
                 "domain": domain, "metadata": {"task": play.environment.name}}  # fmt: skip
-        rollouts = []
-        for _ in range(size):
-            response = await post_patiently(http, "/rollouts", body)
-            response.raise_for_status()
-            rollouts.append(response.json())
-        return rollouts
+        response = await post_patiently(http, "/rollouts", body)
+        response.raise_for_status()
+        rollout: dict[str, Any] = response.json()
+        return rollout
 
     async def _episode(
         self,
@@ -148,9 +154,16 @@ class Fleet:
         play: Play[Any],
         domain: str,
         task: TaskSpec,
-        rollout: dict[str, Any],
+        size: int,
         slots: asyncio.Semaphore,
     ) -> None:
+        self.in_flight += 1
+        try:
+            rollout = await self._open_rollout(http, play, domain, task, size)
+        except BaseException:
+            self.in_flight -= 1
+            slots.release()
+            raise
         rid = rollout["rollout_id"]
         env = {  # the launcher adds the rest of the environment, forge's secrets left out
             "OPENAI_BASE_URL": rollout["base_url"],
@@ -158,7 +171,6 @@ class Fleet:
             "FORGE_TASK": task.to_json(),
             "FORGE_ROLLOUT_ID": rid,
         }
-        self.in_flight += 1
         started = time.time()
         try:
             exit_ = await play.launcher.run(env, self.config.agent_timeout_s)
@@ -171,11 +183,9 @@ class Fleet:
                 self.episodes.append(Episode(rid, started, time.time(), status, None, 0, domain))
                 return
             signals = [s._asdict() for s in score.signals]
-            if signals:
-                await _close(http, f"/rollouts/{rid}/signals", signals)
             status = "solved" if score.solved else "unsolved"
-            closed = await _close(http, f"/rollouts/{rid}/finish",
-                                  {"status": status, "outcome_reward": score.outcome})  # fmt: skip
+            verdict_body = {"status": status, "outcome_reward": score.outcome, "signals": signals}
+            closed = await _close(http, f"/rollouts/{rid}/finish", verdict_body)
             if _truncated(closed):  # it answered, but after the gateway had ended it
                 status, reward = TRUNCATED, None
             else:

@@ -310,7 +310,13 @@ class Runner:
     ) -> dict[str, Any]:
         """Analytics from the worker's store once its sink has caught up, and where data is."""
         from infra.analytics import AnalyticsUnavailableError, owner_key, query_owner
-        from streams.reports import COSTS, REPORTS, STORED_ROLLOUTS, rewards_by_version_groups
+        from streams.reports import (
+            COSTS,
+            REPORTS,
+            ROLLOUT_TIME,
+            STORED_ROLLOUTS,
+            rewards_by_version_groups,
+        )
 
         assert self.fleet is not None
         expected = len(self.fleet.episodes)
@@ -333,6 +339,7 @@ class Runner:
             "rewards": rewards_by_version_groups(self.state.served_version // 10 + 1),
             **{name: REPORTS[name] for name in ("durations", "staleness", "domains")},
             "costs": COSTS,
+            "rollout_time": ROLLOUT_TIME,
         }
         for name, (title, sql) in reports.items():
             try:

@@ -50,6 +50,8 @@ class FinishIn(BaseModel):
     truncated outcome unless ``outcome_reward`` is given)."""
     outcome_reward: Reward | None = None
     reason: Annotated[str, Field(max_length=4096)] = ""
+    signals: Annotated[list[SignalIn], Field(max_length=256)] = Field(default_factory=list)
+    """Process signals sent with the end: stored with it, as if posted just before."""
 
 
 class AbortIn(BaseModel):
@@ -90,7 +92,8 @@ def lifecycle_router(settings: GatewaySettings, service: RolloutService, auth: A
     async def finish(body: FinishIn, rollout: Rollout = open_rollout) -> dict[str, Any]:
         event = RolloutFinished(body.status, body.outcome_reward, body.reason)
         status = TRUNCATED if body.status == TRUNCATED else "finished"
-        await service.close(rollout, event, status, body.reason)
+        signals = [ProcessSignal(s.step, s.name, s.value) for s in body.signals]
+        await service.close(rollout, event, status, body.reason, signals)
         return {"rollout_id": rollout.rollout_id, "status": status}
 
     @router.post("/{rollout_id}/abort")

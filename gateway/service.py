@@ -191,18 +191,32 @@ class RolloutService:
         self.admission.consumed_to(step.queue_head, step.policy_version)
         self.mix.record_step(step.step, step.domain_samples)
 
-    async def signal(self, rollout: Rollout, signals: Sequence[ProcessSignal]) -> None:
+    def _room_for(self, rollout: Rollout, signals: Sequence[ProcessSignal]) -> None:
         limit = self.settings.max_signals_per_rollout
         if rollout.signals + len(signals) > limit:
             raise InvalidRequestError(f"at most {limit} process signals per rollout", param="step")
+
+    async def signal(self, rollout: Rollout, signals: Sequence[ProcessSignal]) -> None:
+        self._room_for(rollout, signals)
         await self._append(rollout, signals)
         rollout.signals += len(signals)
         if rollout.progress is not None:
             rollout.progress.signals.extend((s.step, s.value) for s in signals)
             await self._truncate_if_hopeless(rollout)
 
-    async def close(self, rollout: Rollout, event: Event, status: str, reason: str = "") -> None:
-        await self._append(rollout, [event])
+    async def close(
+        self,
+        rollout: Rollout,
+        event: Event,
+        status: str,
+        reason: str = "",
+        signals: Sequence[ProcessSignal] = (),
+    ) -> None:
+        """End the rollout with ``event``; ``signals`` sent with the end are stored before it,
+        in the same write (one acknowledgement instead of two)."""
+        self._room_for(rollout, signals)
+        await self._append(rollout, [*signals, event])
+        rollout.signals += len(signals)
         rollout.close(status, reason)
         self.metrics.rollouts.labels(status).inc()
 

@@ -186,6 +186,35 @@ FROM ({ROLLOUT_COSTS}) AS l GROUP BY fate ORDER BY fate""",
 )
 
 
+ROLLOUT_TIME = (
+    "Where a rollout's time goes (mean seconds per rollout, from the log)",
+    """SELECT r.domain AS domain, count() AS rollouts, round(avg(r.duration_s), 3) AS duration_s,
+       round(avg(c.engine_s), 3) AS engine_s,
+       round(avg(dateDiff('microsecond', r.started_at, c.first_start) / 1e6), 3)
+         AS before_first_call_s,
+       round(avg(dateDiff('microsecond', c.first_start, c.last_end) / 1e6 - c.engine_s), 3)
+         AS between_calls_s,
+       round(avg(dateDiff('microsecond', c.last_end, r.ended_at) / 1e6), 3) AS after_last_call_s,
+       round(avg(c.requests), 2) AS calls
+FROM (SELECT rollout_id, domain, started_at, ended_at, duration_s FROM rollouts FINAL) AS r
+INNER JOIN (
+    SELECT rollout_id, count() AS requests, sum(latency_ms) / 1000 AS engine_s,
+           min(ts - toIntervalMicrosecond(toInt64(latency_ms * 1000))) AS first_start,
+           max(ts) AS last_end
+    FROM calls FINAL WHERE choice_index = 0 GROUP BY rollout_id
+) AS c USING (rollout_id)
+GROUP BY domain ORDER BY domain""",
+)
+"""A rollout's wall time from its RolloutStarted to its end, split by what the log shows: a
+call is recorded (``calls.ts``) when its generation is done, ``latency_ms`` after it was asked
+of the engine. ``before_first_call_s``: from the start to the first call reaching the engine
+(the agent's process and client starting, the request reaching the gateway and rendered to
+tokens); ``between_calls_s``: the time between calls outside the engine (the agent's own work
+and each call's round trip: the events' acknowledgement by Kafka, the answer, the next request
+rendered); ``after_last_call_s``: from the last call's generation to the end (its events
+acknowledged, the answer, the agent's exit, the environment's verdict, the signals and finish
+posted). The three and ``engine_s`` add up to ``duration_s`` (concurrent calls aside)."""
+
 COST_BY_DOMAIN = (
     "Cost by domain (seconds; dropped rollouts have no domain)",
     f"""SELECT if(l.recorded = 1, l.domain, '') AS domain, count() AS rollouts,
@@ -230,4 +259,4 @@ FROM (
 
 def cost_reports(bucket_s: int = 60) -> list[tuple[str, str]]:
     """`forge-rl analytics costs`: the run's cost, its course per ``bucket_s`` and its waste."""
-    return [COSTS, costs_over_time(bucket_s), COST_BY_FATE, COST_BY_DOMAIN]
+    return [COSTS, costs_over_time(bucket_s), COST_BY_FATE, COST_BY_DOMAIN, ROLLOUT_TIME]

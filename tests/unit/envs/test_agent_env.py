@@ -55,10 +55,13 @@ def agent_sees(launcher: Launcher, tmp_path) -> dict[str, str]:
     rollout = {"rollout_id": "r-1", "base_url": "http://gateway/r/r-1/v1", "api_key": "rk-1"}
     task = env.make_task(random.Random(0))
 
+    def gateway(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(200, json=rollout if request.url.path == "/rollouts" else {})
+
     async def episode() -> None:
-        stub = httpx.MockTransport(lambda request: httpx.Response(200, json={}))
+        stub = httpx.MockTransport(gateway)
         async with httpx.AsyncClient(base_url="http://gateway", transport=stub) as http:
-            await fleet._episode(http, play, "default", task, rollout, asyncio.Semaphore(0))
+            await fleet._episode(http, play, "default", task, 4, asyncio.Semaphore(0))
 
     asyncio.run(episode())
     (exit_,) = recording.exits

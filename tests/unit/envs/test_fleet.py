@@ -79,8 +79,9 @@ def test_a_new_environment_needs_no_fleet_code(tmp_path, monkeypatch):
             assert (f"/rollouts/{rid}/abort", {"reason": "agent exited 2: no idea"}) in calls
             continue
         assert episode.status == "solved" and episode.reward == 1.5
-        assert (f"/rollouts/{rid}/signals", [{"step": 0, "name": "format", "value": 0.5}]) in calls
-        assert (f"/rollouts/{rid}/finish", {"status": "solved", "outcome_reward": 1.0}) in calls
+        signals = [{"step": 0, "name": "format", "value": 0.5}]
+        verdict = {"status": "solved", "outcome_reward": 1.0, "signals": signals}
+        assert (f"/rollouts/{rid}/finish", verdict) in calls
     assert len(fleet.episodes) >= 6 and fleet.in_flight == 0
     assert {e.status for e in fleet.episodes} == {"solved", "aborted"}
 

@@ -235,3 +235,23 @@ async def test_the_mix_names_the_domain_to_start_and_refuses_one_over_its_share(
     # a member of an admitted group always gets in
     assert (await start(http, domain="agent", group_id="a2", group_size=2)).status_code == 200
     assert (await http.get("/rollouts/next-domain")).status_code == 401
+
+
+async def test_signals_sent_with_the_finish_are_stored_with_it_in_one_write(gw):
+    http, log, _ = gw
+    rollout = (await start(http, domain="math")).json()
+    auth = {"Authorization": f"Bearer {rollout['api_key']}"}
+    writes = []
+    append = log.append
+
+    async def counted(envelopes):
+        writes.append(len(envelopes))
+        await append(envelopes)
+
+    log.append = counted
+    signals = [{"step": 0, "name": "a", "value": 0.5}, {"step": 1, "name": "b", "value": -0.1}]
+    body = {"status": "solved", "outcome_reward": 1.0, "signals": signals}
+    done = await http.post(f"/rollouts/{rollout['rollout_id']}/finish", json=body, headers=auth)
+    assert done.status_code == 200 and writes == [3]
+    kinds = [type(e.payload).__name__ for e in log.envelopes(rollout["rollout_id"])]
+    assert kinds == ["RolloutStarted", "ProcessSignal", "ProcessSignal", "RolloutFinished"]

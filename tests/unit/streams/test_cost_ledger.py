@@ -30,6 +30,7 @@ from streams.reports import (
     DOMAINS_SQL,
     GROUP_COSTS,
     ROLLOUT_COSTS,
+    ROLLOUT_TIME,
     STEP_COSTS,
     cost_reports,
     costs_over_time,
@@ -289,7 +290,7 @@ def test_an_empty_store_costs_nothing_and_divides_by_nothing(analytics):
     with own_database(analytics):
         ensure_tables(analytics)
         (run,) = rows_of(analytics, COSTS[1])
-        assert [rows_of(analytics, sql) for _, sql in cost_reports()[1:]] == [[], [], []]
+        assert [rows_of(analytics, sql) for _, sql in cost_reports()[1:]] == [[], [], [], []]
     assert run == {
         "run_s": 0.0, "engine_s": 0.0, "agent_s": 0.0, "credit_s": 0.0, "update_s": 0.0,
         "c_sample": None, "c_train": None, "cost_s": 0.0, "serial_s": 0.0, "trained_samples": 0,
@@ -320,7 +321,7 @@ def test_the_cost_reports_pass_the_owners_endpoint(analytics, infra_settings):
     session = analytics_client(infra_settings, session_settings(30.0, 1000))
     endpoint = SqlEndpoint(session, "k" * 32, lambda: None)
     answers = [endpoint.run(sql) for _, sql in cost_reports(60)]  # QueryError if refused
-    assert answers[0][0][0] == "run_s" and len(answers) == 4
+    assert answers[0][0][0] == "run_s" and len(answers) == 5
 
 
 def test_rewards_mix_and_costs_by_domain(analytics):
@@ -351,3 +352,21 @@ def test_rewards_mix_and_costs_by_domain(analytics):
     assert costs["math"]["engine_s"] == 2.0 and costs["qa"]["engine_s"] == 6.0
     assert costs["qa"]["waste_engine_s"] == 0.0 and costs[""]["engine_s"] == 1.0
     assert (costs["math"]["consumed"], costs["qa"]["engine_s_per_consumed"]) == (2, 6.0)
+
+
+def test_where_a_rollouts_time_goes(analytics):
+    """r: started at 0, calls asked at 2 s (1.5 s of engine) and 5 s (0.5 s), ended at 9 s:
+    2 s before the first call, 5.5 - 3.5 - 2 = 1.5 s between, 9 - 5.5 = 3.5 s after the last."""
+
+    def answered(call_id: str, asked: float, latency_ms: float) -> list:
+        return [call_id, "r", at(asked + latency_ms / 1000), 0, 10, 10, 2, latency_ms, "stop", 0,
+                0, 0]  # fmt: skip
+
+    with own_database(analytics):
+        ensure_tables(analytics)
+        insert_rollouts(analytics, [rollout("r", "g", "finished", 0, 9, 0, 0.1, "qa")])
+        insert_calls(analytics, [answered("a", 2, 1500), answered("b", 5, 500)])
+        (row,) = rows_of(analytics, ROLLOUT_TIME[1])
+    assert row == {"domain": "qa", "rollouts": 1, "duration_s": 9.0, "engine_s": 2.0,
+                   "before_first_call_s": 2.0, "between_calls_s": 1.5,
+                   "after_last_call_s": 3.5, "calls": 2.0}  # fmt: skip
