@@ -10,13 +10,17 @@ with the same seed:
 - `--engine both`: the embedded engine, then a local vLLM CPU server (`forge-rl run --engine
   vllm`; scripts/setup_vllm.sh builds its environment);
 - `--truncation both`: the pipeline file as it is (off unless it enables it), then with early
-  truncation on for every domain (`--negative-steps` in a row, `gateway.truncation`).
+  truncation on for every domain (`--negative-steps` in a row, `gateway.truncation`);
+- `--against COMMIT`: the same config path run from a git worktree of COMMIT (same Python
+  environment) before each of this tree's variants: today's main job beside an older one's.
 With two or more variants a side-by-side table follows. `--plot FILE` draws every variant's
 reward curve per domain (a moving mean over rollouts in start order, the runs' mean ± spread).
+Beside the task reward (truncated rollouts have none), the solved share of the first and last
+20% counts a truncated rollout as unsolved, so truncation cannot flatter a variant.
 
     python bench/main_job.py [--runs 3] [--config examples/quickstart.yaml] [--duration S]
                              [--engine embedded|vllm|both] [--truncation off|on|both]
-                             [--negative-steps 3] [--plot FILE]
+                             [--negative-steps 3] [--against COMMIT] [--plot FILE]
 """
 
 from __future__ import annotations
@@ -47,10 +51,20 @@ TRUNCATION = {"off": [False], "on": [True], "both": [False, True]}
 class Variant:
     engine: str
     truncation: bool
+    commit: str | None = None  # run from a worktree of this commit; None: this tree
 
     @property
     def label(self) -> str:
-        return f"{self.engine}{', truncation' if self.truncation else ''}"
+        tree = f"{self.commit[:7]}: " if self.commit else ""
+        return f"{tree}{self.engine}{', truncation' if self.truncation else ''}"
+
+
+def worktree(commit: str) -> Path:
+    """A detached checkout of ``commit`` beside this tree's, for `--against`."""
+    path = Path(tempfile.mkdtemp(prefix="forge-bench-tree-"))
+    subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "--detach", "-f", str(path),
+                    commit], check=True, capture_output=True)  # fmt: skip
+    return path
 
 
 def truncating_pipeline(config: Path, negative_steps: int, out_dir: Path) -> Path:
@@ -132,12 +146,19 @@ class CpuSampler(threading.Thread):
 
 
 def one_run(
-    config: Path, duration: float | None, seed: int, variant: Variant, pipeline: Path | None
+    config: Path,
+    duration: float | None,
+    seed: int,
+    variant: Variant,
+    pipeline: Path | None,
+    tree: Path = ROOT,
 ) -> tuple[dict, float]:
     home = Path(tempfile.mkdtemp(prefix="forge-bench-run-"))
     env = {**os.environ, "FORGE_HOME": str(home), "FORGE_KAFKA_PORT": "0",
            "FORGE_KAFKA_CONTROLLER_PORT": "0", "FORGE_RUN_SEED": str(seed),
-           "FORGE_TRAINER_SEED": str(seed), "HF_HUB_OFFLINE": "1"}  # fmt: skip
+           "FORGE_TRAINER_SEED": str(seed), "HF_HUB_OFFLINE": "1",
+           "PYTHONPATH": str(tree)}  # fmt: skip
+    config = tree / config.resolve().relative_to(ROOT)
     if variant.truncation and pipeline is not None:
         env["FORGE_STREAMS_PIPELINE_FILE"] = str(pipeline)  # the gateway reads it there too
     cmd = [sys.executable, "-m", "forge_rl.cli", "--config", str(config), "run", "--fresh",
@@ -145,7 +166,7 @@ def one_run(
     if duration is not None:
         cmd += ["--duration", str(duration)]
     started = time.monotonic()
-    runner = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL)
+    runner = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, cwd=tree)
     sampler = CpuSampler(runner.pid)
     sampler.start()
     if runner.wait() != 0:
@@ -174,6 +195,18 @@ def spread(values: list[float]) -> float:
     return statistics.pstdev(values) if len(values) > 1 else 0.0
 
 
+def solved_shares(summary: dict, part: str, fraction: float = 0.2) -> tuple[float, float]:
+    """The solved share of the part's first and last fifth of ended rollouts in start order, a
+    truncated one counting as unsolved: the task reward leaves truncated rollouts out (the
+    agent never reports), which would flatter a variant that truncates its failures."""
+    statuses = [e[2] for e in summary.get("episodes", []) if part in ("all", e[1])]
+    ended = [status == "solved" for status in statuses if status != "aborted"]
+    if not ended:
+        return float("nan"), float("nan")
+    k = max(1, round(len(ended) * fraction))
+    return statistics.fmean(ended[:k]), statistics.fmean(ended[-k:])
+
+
 def parts_of(summary: dict) -> dict[str, dict]:
     """The whole run's learning summary, then each domain's."""
     return {"all": summary["learning"], **summary.get("learning_by_domain", {})}
@@ -182,7 +215,8 @@ def parts_of(summary: dict) -> dict[str, dict]:
 def side_by_side(console: Console, summaries: dict[Variant, list[dict]]) -> None:
     """Per variant, the runs' means (± spread over runs) of every figure."""
     table = Table("variant", "runs", "rollouts/s", "engine s", "truncated", "part", "first 20%",
-                  "last 20%", "gain", title="variants side by side (means over runs)")  # fmt: skip
+                  "last 20%", "gain", "solved first", "solved last",
+                  title="variants side by side (means over runs)")  # fmt: skip
     for variant, runs in summaries.items():
         speed = [rollouts_per_s(s) for s in runs]
         engine = [engine_seconds(s) for s in runs]
@@ -191,6 +225,7 @@ def side_by_side(console: Console, summaries: dict[Variant, list[dict]]) -> None
             firsts = [parts_of(s)[part]["first"]["mean"] for s in runs]
             lasts = [parts_of(s)[part]["last"]["mean"] for s in runs]
             gains = [parts_of(s)[part]["gain"] for s in runs]
+            solved = [solved_shares(s, part) for s in runs]
             head = (
                 [variant.label, str(len(runs)), f"{statistics.fmean(speed):.2f} ± "
                  f"{spread(speed):.2f}", f"{statistics.fmean(engine):.0f} ± {spread(engine):.0f}",
@@ -199,7 +234,9 @@ def side_by_side(console: Console, summaries: dict[Variant, list[dict]]) -> None
             )  # fmt: skip
             table.add_row(*head, part, f"{statistics.fmean(firsts):+.3f} ± {spread(firsts):.3f}",
                           f"{statistics.fmean(lasts):+.3f} ± {spread(lasts):.3f}",
-                          f"{statistics.fmean(gains):+.3f}")  # fmt: skip
+                          f"{statistics.fmean(gains):+.3f}",
+                          f"{statistics.fmean(f for f, _ in solved):.1%}",
+                          f"{statistics.fmean(last for _, last in solved):.1%}")  # fmt: skip
     console.print(table)
 
 
@@ -219,15 +256,19 @@ def plot(path: Path, summaries: dict[Variant, list[dict]], width: int = 50) -> N
     matplotlib.use("Agg")
     from matplotlib import pyplot as plt
 
-    domains = sorted({e[1] for runs in summaries.values() for s in runs for e in s["episodes"]})
+    domains = sorted(
+        {e[1] for runs in summaries.values() for s in runs for e in s.get("episodes", [])}
+    )
     fig, axes = plt.subplots(1, len(domains), figsize=(6 * len(domains), 4.5), squeeze=False)
     for ax, domain in zip(axes[0], domains, strict=True):
         for variant, runs in summaries.items():
             curves = []
             for s in runs:
+                if "episodes" not in s:  # a summary from before episodes were kept
+                    continue
                 rewards = [e[3] for e in s["episodes"] if e[1] == domain and e[3] is not None]
                 curves.append(moving_mean(rewards, width))
-            n = min(len(c) for c in curves)
+            n = min((len(c) for c in curves), default=0)
             if n == 0:
                 continue
             mean = [statistics.fmean(c[i] for c in curves) for i in range(n)]
@@ -260,10 +301,16 @@ def main() -> None:
                         help="early truncation; both: each run without, then with")  # fmt: skip
     parser.add_argument("--negative-steps", type=int, default=3,
                         help="truncate after this many negative steps in a row")  # fmt: skip
+    parser.add_argument("--against", metavar="COMMIT",
+                        help="also run the config from a worktree of this commit")  # fmt: skip
     parser.add_argument("--plot", type=Path, help="write the reward curves here (PNG)")
     args = parser.parse_args()
     console = Console(width=180)
     variants = [Variant(e, t) for e in ENGINES[args.engine] for t in TRUNCATION[args.truncation]]
+    trees: dict[str | None, Path] = {None: ROOT}
+    if args.against:
+        variants = [Variant(e, False, args.against) for e in ENGINES[args.engine]] + variants
+        trees[args.against] = worktree(args.against)
     pipeline = None
     if any(v.truncation for v in variants):
         out = Path(tempfile.mkdtemp(prefix="forge-bench-pipeline-"))
@@ -274,7 +321,8 @@ def main() -> None:
     for i in range(args.runs):
         for variant in variants:
             with console.status(f"run {i + 1} of {args.runs}, {variant.label}…"):
-                summary, wall = one_run(args.config, args.duration, i, variant, pipeline)
+                summary, wall = one_run(args.config, args.duration, i, variant, pipeline,
+                                        trees[variant.commit])  # fmt: skip
             summaries[variant].append(summary)
             for k, (part, learning) in enumerate(parts_of(summary).items()):
                 head = (
@@ -286,6 +334,9 @@ def main() -> None:
                 table.add_row(*head, part, reward(learning["overall"]), reward(learning["first"]),
                               reward(learning["last"]), f"{learning['gain']:+.3f}")  # fmt: skip
     console.print(table)
+    for commit, tree in trees.items():
+        if commit is not None:
+            subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(tree)])
     for variant, runs in summaries.items():
         firsts = [s["learning"]["first"]["mean"] for s in runs]
         lasts = [s["learning"]["last"]["mean"] for s in runs]

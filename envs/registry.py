@@ -10,7 +10,7 @@ from envs.guess.task import GuessEnvironment
 from envs.task import Environment, TaskOptions
 
 ENVIRONMENTS: dict[str, Callable[[TaskOptions], Environment[Any]]] = {
-    "guess": lambda options: GuessEnvironment(options.max_turns),
+    "guess": lambda options: GuessEnvironment(options.max_turns, options.tool_latency_s),
     "echo": lambda options: EchoEnvironment(),
 }
 

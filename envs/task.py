@@ -51,6 +51,7 @@ class TaskOptions:
     """What a run tells every environment it builds."""
 
     max_turns: int
+    tool_latency_s: float = 0.0
 
 
 T = TypeVar("T", bound=TaskSpec)

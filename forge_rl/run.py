@@ -114,7 +114,7 @@ class Runner:
         self.gateway_url = ""
         self.web_url = ""
         self.supervisor: Supervisor | None = None
-        options = TaskOptions(settings.max_turns)
+        options = TaskOptions(settings.max_turns, settings.tool_latency_s)
         self.environments = {
             domain: make_environment(name, options) for domain, name in settings.played.items()
         }

@@ -25,6 +25,13 @@ class RunSettings(ForgeSettings):
     agents: int = Field(default=8, ge=1, description="Agent processes running at once.")
     group_size: int = Field(default=4, ge=1, description="Rollouts per task (the reward group).")
     max_turns: int = Field(default=4, ge=1, le=32, description="Tool calls per episode.")
+    tool_latency_s: float = Field(
+        default=0.0,
+        ge=0,
+        le=60,
+        description="Seconds each tool call takes, as a sandbox's would: lengthens the "
+        "episodes of tool-using tasks without more model calls.",
+    )
     duration_s: float = Field(default=480.0, gt=0, description="Stop launching after this long.")
     max_rollouts: int | None = Field(default=None, ge=1, description="Stop after this many.")
     until_policy: int | None = Field(

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import time
 from typing import Any
 
 from openai import OpenAI
@@ -51,7 +52,9 @@ def parse_guess(message: Any) -> int | None:
     return int(digit.group()) if digit else None
 
 
-def play(client: OpenAI, secret: int, max_turns: int) -> list[int | None]:
+def play(
+    client: OpenAI, secret: int, max_turns: int, tool_latency_s: float = 0.0
+) -> list[int | None]:
     messages: list[ChatCompletionMessageParam] = [
         {"role": "system", "content": SYSTEM},
         {"role": "user", "content": "Guess the digit."},
@@ -72,6 +75,7 @@ def play(client: OpenAI, secret: int, max_turns: int) -> list[int | None]:
         if message.tool_calls:
             said["tool_calls"] = [c.model_dump() for c in message.tool_calls]  # type: ignore[misc]
             call_id = message.tool_calls[0].id
+        time.sleep(tool_latency_s)  # the tool's own time, as a sandbox's call would take
         answer = feedback(secret, guess)
         messages += [said, {"role": "tool", "tool_call_id": call_id, "content": answer}]
         if answer == "correct":
@@ -81,7 +85,8 @@ def play(client: OpenAI, secret: int, max_turns: int) -> list[int | None]:
 
 def main() -> None:
     task = json.loads(os.environ["FORGE_TASK"])
-    guesses = play(OpenAI(max_retries=0), task["secret"], task["max_turns"])
+    client = OpenAI(max_retries=0)
+    guesses = play(client, task["secret"], task["max_turns"], task.get("tool_latency_s", 0.0))
     print(json.dumps({"guesses": guesses}))
 
 

@@ -29,14 +29,15 @@ class GuessTask:
     task_id: str
     secret: int
     max_turns: int
+    tool_latency_s: float = 0.0
 
     def to_json(self) -> str:
         return json.dumps(asdict(self))
 
 
-def make_task(rng: random.Random, max_turns: int) -> GuessTask:
+def make_task(rng: random.Random, max_turns: int, tool_latency_s: float = 0.0) -> GuessTask:
     secret = rng.randint(*DIGITS)
-    return GuessTask(f"guess-{rng.getrandbits(48):012x}", secret, max_turns)
+    return GuessTask(f"guess-{rng.getrandbits(48):012x}", secret, max_turns, tool_latency_s)
 
 
 def feedback(secret: int, guess: int | None) -> str:
@@ -86,11 +87,12 @@ class GuessEnvironment:
 
     name = "guess"
 
-    def __init__(self, max_turns: int) -> None:
+    def __init__(self, max_turns: int, tool_latency_s: float = 0.0) -> None:
         self.max_turns = max_turns
+        self.tool_latency_s = tool_latency_s
 
     def make_task(self, rng: random.Random) -> GuessTask:
-        return make_task(rng, self.max_turns)
+        return make_task(rng, self.max_turns, self.tool_latency_s)
 
     def agent(self) -> Launcher:
         from envs.guess import agent  # the OpenAI SDK is imported only when an agent runs

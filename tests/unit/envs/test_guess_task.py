@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import json
 import random
+import time
+from types import SimpleNamespace
 
 import pytest
 
+from envs.guess.agent import play
 from envs.guess.task import (
     GuessEnvironment,
     GuessTask,
@@ -72,3 +75,26 @@ def test_the_environment_makes_tasks_and_scores_the_agents_last_line():
     assert score == score_episode(TASK, [5, 7, 6]) and score.solved
     with pytest.raises(ValueError, match="not JSON"):
         env.score(TASK, "six")
+
+
+class Completions:
+    """A policy that always guesses 3, counting its calls."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def create(self, **_: object) -> SimpleNamespace:
+        self.calls += 1
+        message = SimpleNamespace(content="3", tool_calls=None)
+        return SimpleNamespace(choices=[SimpleNamespace(message=message)])
+
+
+def test_the_tool_takes_its_latency_on_every_call_and_the_task_carries_it():
+    completions = Completions()
+    client = SimpleNamespace(chat=SimpleNamespace(completions=completions))
+    started = time.monotonic()
+    guesses = play(client, secret=6, max_turns=3, tool_latency_s=0.05)  # type: ignore[arg-type]
+    assert guesses == [3, 3, 3] and completions.calls == 3
+    assert time.monotonic() - started >= 0.15
+    task = GuessEnvironment(max_turns=3, tool_latency_s=0.05).make_task(random.Random(0))
+    assert json.loads(task.to_json())["tool_latency_s"] == 0.05
