@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import statistics
 import subprocess
@@ -183,7 +184,10 @@ def rollouts_per_s(summary: dict) -> float:
 
 
 def engine_seconds(summary: dict) -> float:
-    costs = summary["reports"]["costs"]
+    """The cost ledger's engine seconds; NaN from a tree whose run kept no ledger."""
+    costs = summary["reports"].get("costs")
+    if costs is None:
+        return float("nan")
     return float(dict(zip(costs["columns"], costs["rows"][0], strict=True))["engine_s"])
 
 
@@ -192,6 +196,8 @@ def reward(part: dict) -> str:
 
 
 def spread(values: list[float]) -> float:
+    if any(math.isnan(v) for v in values):
+        return float("nan")
     return statistics.pstdev(values) if len(values) > 1 else 0.0
 
 
@@ -259,6 +265,8 @@ def plot(path: Path, summaries: dict[Variant, list[dict]], width: int = 50) -> N
     domains = sorted(
         {e[1] for runs in summaries.values() for s in runs for e in s.get("episodes", [])}
     )
+    if not domains:  # only trees whose summaries kept no episodes
+        return
     fig, axes = plt.subplots(1, len(domains), figsize=(6 * len(domains), 4.5), squeeze=False)
     for ax, domain in zip(axes[0], domains, strict=True):
         for variant, runs in summaries.items():
