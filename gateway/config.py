@@ -84,6 +84,13 @@ class GatewaySettings(ForgeSettings):
     rollout_timeout_s: float = Field(default=600.0, gt=0)
     max_body_bytes: int = Field(default=8 * 1024 * 1024, ge=1024)
     produce_timeout_s: float = Field(default=10.0, gt=0)
+    keep_alive_s: int = Field(
+        default=75,
+        ge=1,
+        description="How long an idle client connection stays open. Longer than any client "
+        "keeps one for reuse (httpx and the OpenAI SDK: 5 s), so no client sends a request "
+        "on a connection the gateway is closing at that moment (a reset, not a retry).",
+    )
     events_topic: str = EVENTS.name
     queue_topic: str = QUEUE.name
     policy_topic: str = POLICY.name

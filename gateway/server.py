@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 import uvicorn
 
@@ -80,13 +81,18 @@ def serve(
         on_started=settle_heap,
         domains=domains,
     )
-    uvicorn.run(
-        app,
-        host=settings.host,
-        port=settings.port,
-        loop="uvloop",
-        http="httptools",
-        proxy_headers=False,  # no client address is read: the layer would only cost a call's CPU
-        log_level="warning",
-        access_log=False,
-    )
+    uvicorn.run(app, **uvicorn_options(settings))
+
+
+def uvicorn_options(settings: GatewaySettings) -> dict[str, Any]:
+    return {
+        "host": settings.host,
+        "port": settings.port,
+        "loop": "uvloop",
+        "http": "httptools",
+        "timeout_keep_alive": settings.keep_alive_s,
+        # no client address is read: the layer would only cost a call's CPU
+        "proxy_headers": False,
+        "log_level": "warning",
+        "access_log": False,
+    }
