@@ -15,7 +15,7 @@ def settle_heap() -> None:
     in flight, CPython's default collects every few calls and promotes the waiting calls' objects,
     so full collections soon run through the whole start-up heap (modules, pydantic's schemas,
     the tokenizer, the rollouts read back): 16% of the gateway's CPU at 64 connections
-    (bench/RESULTS.md, session 19). Memory is not what it trades: objects die by reference count,
+    (docs/decisions.md, Gateway). Memory is not what it trades: objects die by reference count,
     and a served call left no reference cycles behind when counted (2,000 calls, bench's engine,
     real Kafka); any that an engine makes still go at the next young collection. The frozen
     start-up heap is never traversed again. Process-wide, so only the gateway's own entry point

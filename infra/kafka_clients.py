@@ -37,7 +37,7 @@ BATCH_BYTES = 1 << 20
 """A producer's batch per partition (the live worker's, its sequencer's, the replay's): many
 bundles, trajectories or samples (~17 KB each for 2k-token calls). At aiokafka's 16 KB
 default each holds one, and a send to a partition whose batch is in flight waits for the
-broker's acknowledgement (bench/RESULTS.md, session 11)."""
+broker's acknowledgement (docs/decisions.md, Streams)."""
 CONSUMER_LARGE: dict[str, Any] = {
     # Records of aborted transactions (a fenced sequencer's) are never anyone's input.
     "isolation_level": "read_committed",

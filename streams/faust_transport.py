@@ -15,7 +15,7 @@ topics read a fetched batch at a time.
   control) is raced against a suspended flow as Faust does, from where it stopped.
 - Batches. Even so, Faust's way from a fetched record to a stream (its message, event,
   channel queue, sensors) costs ~60 µs of CPU a record: three quarters of what a Faust agent
-  that only reads and decodes forge.events spends (bench/RESULTS.md, session 25). For the
+  that only reads and decodes forge.events spends (docs/decisions.md, Streams). For the
   topics named in ``batched_topics`` the records of one partition fetched together reach the
   stream as one Faust event whose value is a ``FetchedBatch``; its message carries the last
   record's offset. Only topics whose offsets Faust neither acks nor commits may be batched

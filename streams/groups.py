@@ -4,8 +4,8 @@ A group is complete when all its members ended by its deadline (its first start 
 timeout). Otherwise it times out at the deadline: once event time passes it, or at once when
 every member has arrived and one ended after it. The members that ended by the deadline are
 scored and any later one is turned away, whenever it arrives: the outcome is the log's, not
-how fast a worker read it (a late member used to count in the replay always, live only when
-its bundle beat the horizon). ``settle_group`` is that rule for the replay and the live
+how fast a worker read it, so the replay and the live worker score the same members.
+``settle_group`` is that rule for the replay and the live
 worker alike (``streams.group_scorer`` applies it one arrival at a time).
 """
 

@@ -99,8 +99,8 @@ async def run_sequencer(
                 failure = None if term.cancelled() else term.exception()
                 if failure is not None:
                     # Fenced too: a newer term started elsewhere, but only the group says who
-                    # holds the lease now. Giving it up here (the old way) could leave the
-                    # partition with this worker and nobody sequencing. A zombie not yet told
+                    # holds the lease now. Giving it up here could leave the partition
+                    # with this worker and nobody sequencing. A zombie not yet told
                     # by the group may fence the holder once more; each term is exact anyway.
                     fenced = isinstance(failure, ProducerFenced | InvalidProducerEpoch)
                     log.warning("sequencer term ended: %s; retrying while the lease is ours",

@@ -1,7 +1,7 @@
 """What a live worker that stopped short left behind, for a test's failure message: each
 rollout in forge.events without a trajectory, with its events, where its bundle went on the
 scorer's topic and whether its group was marked settled. A stall after a kill -9 is rare (3 in
-13 runs of the streams worker tests in session 9) and cannot be rerun to order, so the failure
+13 runs of the streams worker tests when it was seen) and cannot be rerun to order, so the failure
 has to carry the evidence."""
 
 from __future__ import annotations

@@ -16,8 +16,8 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 MINUTES = 5
-# Issue #16; in CI again since the worker keeps no tables (session 10: the members lost in
-# sessions 6-8, bench/RESULTS.md, came from changelogs not atomic with the commits). Its own
+# Issue #16; in CI since the worker keeps no tables (members were lost by changelogs not
+# atomic with the commits: docs/decisions.md, Chaos). Its own
 # timeout: pytest-timeout's 300 s default would stop it at the end of the agents' 5 minutes
 # and leave its services running.
 pytestmark = [
