@@ -74,7 +74,9 @@ def call_sequences(samples: Iterable[TrainSample]) -> list[CallSequence]:
                     call_id=call.call_id,
                     tokens=tokens,
                     prompt_len=int(prompt.shape[0]),
-                    old_logprobs=np.asarray(call.logprobs, dtype=np.float32),
+                    # a writable copy: the record's array is a view of its read-only bytes,
+                    # which torch.from_numpy would share with a warning at every step
+                    old_logprobs=np.array(call.logprobs, dtype=np.float32),
                     advantage=float(call.advantage),
                     policy_version=int(call.policy_version),
                 )

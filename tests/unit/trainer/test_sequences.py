@@ -2,10 +2,14 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import warnings
 
 import numpy as np
 import pytest
+import torch
 
+from schemas.codec import decode, encode
+from schemas.records import TrainSample
 from tests.builders import train_sample
 from trainer.sequences import InvalidTrajectoryError, call_sequences
 
@@ -43,3 +47,13 @@ def test_logprob_count_must_match_completion():
     )
     with pytest.raises(InvalidTrajectoryError, match="log-probs"):
         call_sequences([bad])
+
+
+def test_log_probs_of_a_decoded_sample_are_writable_so_torch_shares_them_without_a_warning():
+    decoded = decode(encode(train_sample(0, turns=2)), TrainSample)
+    assert not decoded.trajectory.calls[0].logprobs.flags.writeable  # a view of the record
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        for seq in call_sequences([decoded]):
+            assert seq.old_logprobs.flags.writeable
+            torch.from_numpy(seq.old_logprobs)
