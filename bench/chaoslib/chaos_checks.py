@@ -5,7 +5,7 @@ agents were told (no Kafka, no HTTP here; ``bench/chaos.py`` reads and calls the
   RolloutFinished in forge.events.
 - forge.train is the replay of forge.events: the same samples, each once, with the same
   content; the order may differ only where a queue entry or policy update reached the live
-  sequencer late (README, "Sequencing"; a trajectory waits for its partition's claim), so
+  sequencer late (docs/streams.md, "Sequencing"; a trajectory waits for its partition's claim), so
   reordered samples are counted beside the late facts that allow them.
 - Every sample of forge.train is trained once, in order: TrainSteps (deduplicated by step, as
   the trainer re-publishes its last records on resume) list forge.train's samples as a prefix

@@ -9,7 +9,7 @@ Like a careful client it
   down, a timeout) after a second, and takes a 409 on a finish whose earlier try got no answer
   as that try having landed;
 - never retries a start into the same group: a start answered 503, or unanswered, may still
-  become an aborted member of its group (README, "What a 503 means"), so the members it has
+  become an aborted member of its group (docs/running.md, "What a 503 means"), so the members it has
   are aborted and a new group begins.
 Every status code is counted; any other non-2xx is recorded as a failure with its body.
 """

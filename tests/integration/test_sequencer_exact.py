@@ -214,7 +214,7 @@ def test_kill_9_of_one_of_two_workers_the_other_takes_over_with_the_replays_resu
     worker's partitions move (its session expires) their members are unread: the shared
     event-time horizon must not time their groups out without them, nor may the survivor's
     takeover lose or repeat a sample. Order too: the survivor's sequencer waits for the dead
-    worker's scorer partitions to claim their trajectories written (README "Sequencing"),
+    worker's scorer partitions to claim their trajectories written (docs/streams.md, "Sequencing"),
     where a lag on the wall clock applied the groups they scored late, out of order."""
     config = PipelineConfig(item_timeout_s=30.0, group_timeout_s=6.0)
     names, _, train, _, env = prepared_log(kafka, tmp_path, 0, garbage=False, config=config)
