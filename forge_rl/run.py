@@ -19,13 +19,20 @@ from typing import Any
 
 import httpx
 from rich.console import Console
-from rich.table import Table
 
 from envs.agent_launch import CommandLauncher
 from envs.fleet import Fleet, FleetConfig, Play
 from envs.registry import make_environment
 from envs.task import TaskOptions
-from forge_rl.learning import LearningSummary, learning_summary
+from forge_rl.closing_report import (
+    analytics_tables,
+    episodes_record,
+    print_learning,
+    print_where_data_lives,
+    run_learning,
+    wait_for_sink,
+)
+from forge_rl.learning import LearningSummary
 from forge_rl.pipeline_watch import PipelineWatch
 from forge_rl.progress import ProgressView, progress_display, progress_view, status
 from forge_rl.report_data import run_started
@@ -305,78 +312,6 @@ class Runner:
 
     # --- end ---------------------------------------------------------------------------------
 
-    def report(
-        self, summary: LearningSummary, by_domain: dict[str, LearningSummary]
-    ) -> dict[str, Any]:
-        """Analytics from the worker's store once its sink has caught up, and where data is."""
-        from infra.analytics import AnalyticsUnavailableError, owner_key, query_owner
-        from streams.reports import (
-            COSTS,
-            REPORTS,
-            ROLLOUT_TIME,
-            STORED_ROLLOUTS,
-            rewards_by_version_groups,
-        )
-
-        assert self.fleet is not None
-        expected = len(self.fleet.episodes)
-        deadline = time.monotonic() + self.settings.drain_timeout_s
-        count = 0
-        with status(self.console, "waiting for the sink to store every rollout…"):
-            while time.monotonic() < deadline:
-                try:
-                    _, rows = query_owner(
-                        self.web_url, STORED_ROLLOUTS, key=owner_key(self.infra.home)
-                    )
-                    count = int(rows[0][0])
-                except AnalyticsUnavailableError:
-                    pass
-                if count >= expected:
-                    break
-                time.sleep(1)
-        tables: dict[str, Any] = {}
-        reports = {
-            "rewards": rewards_by_version_groups(self.state.served_version // 10 + 1),
-            **{name: REPORTS[name] for name in ("durations", "staleness", "domains")},
-            "costs": COSTS,
-            "rollout_time": ROLLOUT_TIME,
-        }
-        for name, (title, sql) in reports.items():
-            try:
-                columns, rows = query_owner(self.web_url, sql, key=owner_key(self.infra.home))
-            except AnalyticsUnavailableError as exc:
-                self.console.print(f"[yellow]{title}: {exc}[/yellow]")
-                continue
-            tables[name] = {"columns": columns, "rows": [list(r) for r in rows]}
-            table = Table(*columns, title=title)
-            for row in rows:
-                table.add_row(*(str(v) for v in row))
-            self.console.print(table)
-        for name, part in [("rewards", summary), *by_domain.items()]:
-            self.console.print(
-                f"{name} (task reward per rollout, {part.rollouts} rollouts, "
-                f"{part.aborted} aborted or truncated): first 20% {part.first.mean:+.3f} "
-                f"± {part.first.std:.3f} → last 20% {part.last.mean:+.3f} "
-                f"± {part.last.std:.3f} (gain {part.gain:+.3f})"
-            )
-        if count < expected:
-            self.console.print(f"[yellow]the sink held {count} of {expected} rollouts after "
-                               f"{self.settings.drain_timeout_s:.0f} s[/yellow]")  # fmt: skip
-        return {"stored_rollouts": count, "reports": tables}
-
-    def where(self, bootstrap: str) -> None:
-        home = self.infra.home
-        table = Table(title="where the data lives", show_header=False)
-        kafka = f"{bootstrap} (forge.events is the source of truth)"
-        if self.started_broker:
-            kafka += "; stopped with this run, `forge-rl infra up` restarts it with its data"
-        table.add_row("Kafka", kafka)
-        table.add_row("analytics", self.infra.clickhouse_url or str(self.infra.chdb_path))
-        table.add_row("policies", str(home / "policies"))
-        table.add_row("checkpoints", str(home / "trainer" / "checkpoints"))
-        table.add_row("logs, summary", str(self.run_dir))
-        self.console.print(table)
-
     def stop(self) -> None:
         """Stop every process this run started: the services, and the broker if it was ours."""
         from infra.lifecycle import local_broker
@@ -412,15 +347,15 @@ def run(settings: RunSettings, infra: InfraSettings, config_file: Path | None,
         agent_seconds = time.monotonic() - runner.state.started
         assert runner.fleet is not None
         episodes = sorted(runner.fleet.episodes, key=lambda e: e.started)
-        summary = learning_summary([e.reward for e in episodes])
-        domains = sorted({e.domain for e in episodes})
-        by_domain = (
-            {d: learning_summary([e.reward for e in episodes if e.domain == d]) for d in domains}
-            if len(domains) > 1
-            else {}
-        )
-        analytics = runner.report(summary, by_domain)
-        runner.where(bootstrap)
+        learning = run_learning(episodes)
+        stored = wait_for_sink(runner.web_url, infra.home, len(episodes),
+                               settings.drain_timeout_s, console)  # fmt: skip
+        tables = analytics_tables(runner.web_url, infra.home, runner.state.served_version, console)
+        print_learning(learning, console)
+        if stored < len(episodes):
+            console.print(f"[yellow]the sink held {stored} of {len(episodes)} rollouts after "
+                          f"{settings.drain_timeout_s:.0f} s[/yellow]")  # fmt: skip
+        print_where_data_lives(console, infra, bootstrap, runner.run_dir, runner.started_broker)
         record = {
             "run_id": runner.run_id,
             "started_at": run_started(runner.run_id),  # the span `forge-rl report --run` reads
@@ -435,14 +370,10 @@ def run(settings: RunSettings, infra: InfraSettings, config_file: Path | None,
                 "samples": watch.snapshot.samples,
                 "steps": watch.snapshot.last_step.step if watch.snapshot.last_step else 0,
             },
-            "learning": summary.as_dict(),
-            "learning_by_domain": {d: part.as_dict() for d, part in by_domain.items()},
-            "truncated": sum(e.status == "truncated" for e in episodes),
-            "episodes": [
-                [round(e.started - episodes[0].started, 3), e.domain, e.status, e.reward]
-                for e in episodes
-            ],
-            **analytics,
+            **learning.as_record(),
+            **episodes_record(episodes),
+            "stored_rollouts": stored,
+            "reports": tables,
         }
         (runner.run_dir / "summary.json").write_text(json.dumps(record, indent=2, default=str))
         try:
@@ -452,7 +383,7 @@ def run(settings: RunSettings, infra: InfraSettings, config_file: Path | None,
             console.print(f"report: [bold]{page}[/bold]")
         except ForgeError as exc:
             console.print(f"[yellow]report not written: {exc}[/yellow]")
-        return summary
+        return learning.overall
     finally:
         if watch is not None:
             watch.stop()
