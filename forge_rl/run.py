@@ -239,8 +239,8 @@ class Runner:
         title = f"forge-rl run {self.run_id}"
         loop = asyncio.get_running_loop()
         # Ctrl-C as a flag the loops below read, not as asyncio.run's single cancellation of
-        # this task: under load that cancellation was once lost, and the run went on starting
-        # agents after Ctrl-C.
+        # this task: under load that one cancellation can be lost, and the run would go on
+        # starting agents after Ctrl-C.
         loop.add_signal_handler(signal.SIGINT, self._interrupt, agents)
         try:
             await self._watch(agents, watch, title)

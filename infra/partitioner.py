@@ -1,9 +1,9 @@
 """Kafka's key partitioning, with each key's hash remembered.
 
 aiokafka hashes every keyed send with a pure-Python murmur2 (about 5 µs for a 36-byte rollout
-id), and a rollout's records all carry the same key: the gateway hashed the same id two or
-three times for every model call, and the live worker hashes it for each of a rollout's
-records. The partition chosen is exactly aiokafka's (and the Java client's), so records of
+id), and a rollout's records all carry the same key: without a memory the gateway would hash the
+same id two or three times for every model call, and the live worker once for each of a
+rollout's records. The partition chosen is exactly aiokafka's (and the Java client's), so records of
 one key still land where any other client would put them.
 """
 

@@ -1,1 +1,49 @@
-"""Faust stream processors: assemble, score, order and replay trajectories."""
+"""Faust stream processors: assemble, score, order and replay trajectories.
+
+forge.events → rollouts assembled → complete groups scored into forge.trajectories → the
+event-time sequencer's windowed FIFO → forge.train. The live worker wires pure cores to Kafka;
+a replay runs the same cores as one function over a stretch of the log. Each module is marked
+pure (no Kafka, network, files or processes) or I/O.
+
+The live worker:
+- worker_process — the `forge-rl streams` process: Faust's worker, with a bounded stop (I/O)
+- app — the Faust app: assembly, scoring, sequencing and sinks wired to the topics (I/O)
+- faust_transport — Faust's transport: a set fetch wait, fetched records as one batch (I/O)
+- stall_watch — finds partitions Faust stopped fetching and hands them back (pure)
+
+Assembly (forge.events → one bundle per rollout):
+- open_rollouts — one events partition's open rollouts, held in memory (pure)
+- assembler — one rollout's events → an unscored trajectory, deduplicated (pure)
+- bundles — a rollout's raw events as one value, length-prefixed, in log order (pure)
+- message_size — what fits one Kafka message: the limit a bundle or trajectory keeps to (pure)
+- deliveries — sends the commit floor waits for, sent again after a failure (I/O: Kafka)
+- dead_letters — the worker's one way to forge.dlq, every letter acknowledged (I/O: Kafka)
+
+Scoring (bundles → forge.trajectories):
+- group_scorer — one partition's open groups, settled one arrival at a time (pure)
+- groups — when a group is complete, and which of its members are scored (pure)
+- scoring — a complete group → scored trajectories, rejecting what cannot be scored (pure)
+- rewards — process, outcome and speed rewards, reward-to-go, group-baseline advantage (pure)
+- settled_groups — one mark per settled group (pure; ``read_marks`` reads them: I/O)
+- sinks — analytics rows from records, idempotent on the records' ids (I/O: ClickHouse)
+
+Event time and commits:
+- watermarks — the event-time horizon group timeouts are judged at (pure)
+- scored_through — how far each scorer partition has written forge.trajectories (pure)
+- commit_floor — the offset an input partition may be committed at (pure)
+- floor_event_time — the newest event time below an events partition's floor (pure)
+- floor_commits — commits the floors with that event time, and reads it back (I/O: Kafka)
+- live_state — what the worker builds from one consumer-group generation's messages (pure)
+
+Sequencing (→ forge.train):
+- live_sequencer — the one fenced, transactional writer of forge.train (I/O: Kafka)
+- sequencer — facts applied to the windowed FIFO in event-time order (pure)
+- windowed_fifo — the windowed FIFO over the generation queue (pure)
+
+Replay and analytics:
+- pipeline — a stretch of the log processed as one deterministic function (pure)
+- replay — `forge-rl replay`: the pipeline over forge.events, into a new topic (I/O: Kafka)
+- reports — ready analytics reports: SQL over the tables the sink fills (pure)
+- sql_endpoint — the worker's read-only SQL endpoint over the embedded store (I/O)
+- config — pipeline and worker settings, from the pipeline file, config file and env (I/O)
+"""

@@ -127,7 +127,7 @@ def create_streams_app(
         batched_topics=(settings.events_topic, ended_topic(settings.app_id)),
     )
     # Faust's assignor ignores a topic missing from metadata at the first rebalance; on a loaded
-    # machine that once lost the bundles sent meanwhile. Created up front, nothing is missing
+    # machine the bundles sent meanwhile are then never read. Created up front, nothing is missing
     # (forge.trajectories too: the claims name its partitions).
     ensure_topics(
         bootstrap,

@@ -4,9 +4,10 @@ topics read a fetched batch at a time.
 - Fetch wait. Faust builds its consumer with a fixed 1,500 ms ``fetch_max_wait_ms`` and no
   setting for it. A fetch that names only partitions with nothing new — the worker's own
   internal topic, while the events it fetched before are still being processed — is held that
-  long by the broker, and the next fetch, for the events behind it, waits behind that one: in
-  a backlog the worker sat idle 1-1.5 s at a time (bench/streams.py --timeline). With 50 ms
-  those gaps close; an idle worker fetches 20 times a second instead of about once.
+  long by the broker, and the next fetch, for the events behind it, waits behind that one: at
+  Kafka's 500 ms default a worker in a backlog sits idle 1-1.5 s at a time (bench/streams.py
+  --timeline); at 50 ms it does not, and an idle worker fetches 20 times a second instead of
+  about once.
 - Hand-over. Faust passes each fetched record to its streams through
   ``wait_first(callback(record), suspend_flow.wait())``: four tasks made, three of them
   cancelled, for every record, although the callback almost always finishes without waiting
