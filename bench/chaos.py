@@ -65,6 +65,7 @@ from rich.table import Table  # noqa: E402
 from infra.config import InfraSettings  # noqa: E402
 from infra.lifecycle import infra_up, local_broker  # noqa: E402
 from infra.local_broker import free_port, stable_port  # noqa: E402
+from infra.machine import machine_line  # noqa: E402
 from schemas.errors import ForgeError, InfraError  # noqa: E402
 from schemas.topics import EVENTS, METRICS  # noqa: E402
 
@@ -630,6 +631,7 @@ def main() -> int:
         help="seconds the whole run may take: waits (recovery, drain) are cut short to fit",
     )
     args = parser.parse_args()
+    print(machine_line(), flush=True)
     if args.minutes <= 0 or args.agents < 1 or args.think < 0:
         parser.error("--minutes must be positive, --agents at least 1, --think not negative")
     home = args.home or Path(tempfile.mkdtemp(prefix="forge-chaos-"))

@@ -48,6 +48,7 @@ sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__)
 from gateway.chat_tokenizer import ChatTokenizer  # noqa: E402
 from gateway.engine import Generation, SamplingParams  # noqa: E402
 from gateway.engine_fleet import EngineFleet  # noqa: E402
+from infra.machine import machine_line  # noqa: E402
 
 BLOCK = 16
 
@@ -221,6 +222,7 @@ def main() -> None:
     parser.add_argument("--output-token-us", type=float, default=250.0)
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
+    print(machine_line(), flush=True)
     cost = Cost(args.fixed_ms / 1e3, args.uncached_token_us / 1e6, args.output_token_us / 1e6)
     work = Workload(args.groups, args.group_size, args.turns, args.agents, args.prompt_tokens,
                     args.observation_tokens, args.completion_tokens, args.tool_ms / 1e3,

@@ -27,6 +27,7 @@ sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__)
 
 import faust  # noqa: E402
 
+from infra.machine import machine_line  # noqa: E402
 from schemas import codec  # noqa: E402
 from schemas.records import Envelope  # noqa: E402
 from schemas.topics import MAX_MESSAGE_BYTES  # noqa: E402
@@ -43,6 +44,7 @@ def main() -> None:
     parser.add_argument("datadir", help="Faust's data directory")
     parser.add_argument("out", type=Path, help="where the result is written (JSON)")
     args = parser.parse_args()
+    print(machine_line(), flush=True)
     count = args.count
     app = faust.App(
         f"bench-floor-{uuid.uuid4().hex[:8]}",

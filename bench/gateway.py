@@ -43,6 +43,8 @@ import psutil
 from rich.console import Console
 from rich.table import Table
 
+from infra.machine import machine_line
+
 # This script shares its name with the `gateway` package: keep bench/ off the import path.
 sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).parent.resolve()]
 
@@ -221,6 +223,7 @@ def main() -> None:
     parser.add_argument("--topics", nargs="*", help=argparse.SUPPRESS)
     parser.add_argument("--tokenizer-dir", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    print(machine_line(), flush=True)
     if args.serve:
         serve(args.serve, args.port, args.bootstrap, args.topics, Path(args.tokenizer_dir))
         return

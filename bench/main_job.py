@@ -43,6 +43,8 @@ import yaml
 from rich.console import Console
 from rich.table import Table
 
+from infra.machine import machine_line
+
 ROOT = Path(__file__).resolve().parents[1]
 ENGINES = {"embedded": ["embedded"], "vllm": ["vllm"], "both": ["embedded", "vllm"]}
 TRUNCATION = {"off": [False], "on": [True], "both": [False, True]}
@@ -313,6 +315,7 @@ def main() -> None:
                         help="also run the config from a worktree of this commit")  # fmt: skip
     parser.add_argument("--plot", type=Path, help="write the reward curves here (PNG)")
     args = parser.parse_args()
+    print(machine_line(), flush=True)
     console = Console(width=180)
     variants = [Variant(e, t) for e in ENGINES[args.engine] for t in TRUNCATION[args.truncation]]
     trees: dict[str | None, Path] = {None: ROOT}

@@ -26,6 +26,7 @@ import torch
 from rich.console import Console
 from rich.table import Table
 
+from infra.machine import machine_line
 from infra.tiny_model import build_model
 from trainer.cispo import compute_cispo_loss
 from trainer.prefix_tree import pack_rows
@@ -166,6 +167,7 @@ def main() -> None:
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--flex", action="store_true", help="flex_attention for tree rows (GPU)")
     args = parser.parse_args()
+    print(machine_line(), flush=True)
 
     # Large tensors go straight to mmap and back to the OS when freed, so RSS tracks live
     # memory and each measurement's peak is its own, not the high-water mark of a previous one.

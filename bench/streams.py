@@ -53,6 +53,7 @@ from infra.config import InfraSettings  # noqa: E402
 from infra.kafka_clients import BATCH_BYTES, ensure_topics, sync_producer  # noqa: E402
 from infra.local_broker import LocalBroker, free_port  # noqa: E402
 from infra.log_reader import LogRange  # noqa: E402
+from infra.machine import machine_line  # noqa: E402
 from schemas import codec  # noqa: E402
 from schemas.records import (  # noqa: E402
     Envelope,
@@ -414,6 +415,7 @@ def main() -> None:
     parser.add_argument("--timeline", type=Path, metavar="PNG",
                         help="plot the one-worker run: records a second and its CPU")  # fmt: skip
     args = parser.parse_args()
+    print(machine_line(), flush=True)
     console = Console(width=160)
     rng = np.random.default_rng(0)
     table = Table("measurement", "events", "seconds", "events/s", "CPU s", "events/CPU s",

@@ -28,6 +28,7 @@ from rich.table import Table
 # bench/streams.py shares its name with the `streams` package: keep bench/ off the import path.
 sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).parent.resolve()]
 
+from infra.machine import machine_line  # noqa: E402
 from streams.windowed_fifo import Dropped, Emitted, WindowedFifo  # noqa: E402
 
 
@@ -104,6 +105,7 @@ def main() -> None:
         "behind the head hold memory and a slot) or as soon as it completes (unbounded buffer)",
     )  # fmt: skip
     args = parser.parse_args()
+    print(machine_line(), flush=True)
     n = args.inflight
     windows: list[tuple[str, int | None]] = [
         ("1 (FIFO)", 1), ("0.1N", max(1, n // 10)), ("0.3N", int(0.3 * n)), ("0.5N", n // 2),

@@ -22,4 +22,5 @@ Stores, metrics and models:
 - analytics — the analytics store: a ClickHouse server or embedded chDB (I/O)
 - metrics_server — Prometheus /metrics of the streams worker and the trainer (I/O: HTTP)
 - tiny_model — a tiny causal LM and its tokenizer, built locally from a config (I/O: files)
+- machine — the one line every bench prints: CPU, cores, load, Python, torch, Kafka (I/O)
 """
