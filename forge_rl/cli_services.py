@@ -209,9 +209,11 @@ def trainer(
     from trainer.distributed import end_process_group
     from trainer.launch import launched_rank
     from trainer.service import open_trainer
+    from trainer.stop_request import stop_on_signals
 
+    stop = stop_on_signals()  # SIGTERM: a checkpointed stop after the step in flight, exit 0
     if launched_rank() != 0:  # one rank of several (under torchrun): rank 0 reports for all
-        run = open_trainer(settings, bootstrap, infra.home)
+        run = open_trainer(settings, bootstrap, infra.home, stop)
         try:
             run.run()
         finally:
@@ -219,7 +221,7 @@ def trainer(
         end_process_group()
         return
     with console.status("starting DeepSpeed…"):
-        run = open_trainer(settings, bootstrap, infra.home)
+        run = open_trainer(settings, bootstrap, infra.home, stop)
     from infra.metrics_server import TrainerMetrics, serve_metrics
 
     metrics = TrainerMetrics()
@@ -247,3 +249,8 @@ def trainer(
             server.close()
     end_process_group()
     console.print(f"trained {steps} steps; policy v{run.version}")
+    if run.stopped:
+        console.print(
+            f"stopped on {stop.reason or 'request'} at step {run.step}, checkpointed: "
+            "the next start resumes there"
+        )

@@ -1,11 +1,11 @@
 """How the trainer is started with N data-parallel ranks on this machine: a pure function.
 
-One rank is the CLI itself. More run it under PyTorch's launcher (``torch.distributed.run``,
-torchrun) with a standalone rendezvous on a free local port: it starts one process per rank with
-RANK, LOCAL_RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT set, which DeepSpeed reads, and, when
-any rank dies, stops the others and exits non-zero — so a supervisor sees one child that ended.
-Several machines use the launcher directly (``torchrun --nnodes`` or ``deepspeed --num_nodes``
-with ``-m forge_rl.cli trainer``).
+One rank is the CLI itself. More run it under PyTorch's launcher (torchrun, through
+``trainer.rank_launcher``, which makes SIGTERM a clean stop) with a standalone rendezvous on a
+free local port: it starts one process per rank with RANK, LOCAL_RANK, WORLD_SIZE, MASTER_ADDR
+and MASTER_PORT set, which DeepSpeed reads, and, when any rank dies, stops the others and exits
+non-zero — so a supervisor sees one child that ended. Several machines use the launcher directly
+(``python -m trainer.rank_launcher --nnodes … -m forge_rl.cli trainer``).
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ def trainer_command(cli: Sequence[str], ranks: int) -> list[str]:
     if ranks == 1:
         return [*cli, "trainer"]
     python, *module = cli
-    launcher = [python, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={ranks}"]
+    launcher = [python, "-m", "trainer.rank_launcher", "--standalone", f"--nproc-per-node={ranks}"]
     return [*launcher, *module, "trainer"]
 
 

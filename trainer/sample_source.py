@@ -31,6 +31,9 @@ class Batch:
     """Offset of the first record after this batch: where a restart resumes."""
     dead_lettered: int = 0
     """Records between the previous batch and ``next_offset`` sent to forge.dlq instead."""
+    stopped: bool = False
+    """Reading was cut short by a stop request: not to be trained, and ``next_offset`` not to
+    be stored (a restart reads these samples again)."""
 
 
 class SampleSource:
@@ -61,9 +64,11 @@ class SampleSource:
         poll_timeout_s: float,
         idle_exit_s: float | None,
         on_poll: Callable[[], None] | None = None,
+        stopping: Callable[[], bool] | None = None,
     ) -> Batch:
         """Block until ``size`` samples arrived, or with ``idle_exit_s`` until the topic idles;
-        ``on_poll`` is called after every poll (at least every ``poll_timeout_s``)."""
+        ``on_poll`` is called after every poll (at least every ``poll_timeout_s``), then
+        ``stopping``, which ends the wait with a ``stopped`` batch."""
         samples: list[TrainSample] = []
         dead = 0
         idle_since = time.monotonic()
@@ -73,6 +78,8 @@ class SampleSource:
             ).get(self.tp, [])
             if on_poll is not None:
                 on_poll()
+            if stopping is not None and stopping():
+                return Batch([], self.position, dead, stopped=True)
             if not records:
                 if idle_exit_s is not None and time.monotonic() - idle_since > idle_exit_s:
                     break

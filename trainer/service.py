@@ -9,7 +9,8 @@ Under a launcher with N data-parallel ranks every rank runs this same loop on th
 rank 0 alone reads the topic (``shared_source``) and alone exports, prunes and publishes; the
 rows of each step are spread over the ranks (``data_parallel``); checkpoints are saved by every
 rank and committed by rank 0 once all are written (``checkpoints``), so a kill of any rank
-resumes like a kill of the one.
+resumes like a kill of the one. A stop request (SIGTERM: ``stop_request``) is agreed by all
+ranks between steps, so they end on the same checkpoint.
 
 A sample that cannot be trained goes to forge.dlq while the batch is read (``sample_check``);
 a step whose gradient is non-finite leaves weights and optimizer state untouched (``finite_step``)
@@ -54,6 +55,7 @@ from trainer.sample_check import check_sample
 from trainer.sample_source import SampleSource
 from trainer.shared_source import SharedBatches
 from trainer.step_record import train_step_record
+from trainer.stop_request import StopRequest
 from trainer.timing import Stopwatch, device_synchronizer
 
 log = logging.getLogger(__name__)
@@ -78,6 +80,7 @@ class Trainer:
         producer: KafkaProducer | None,
         base_assets: list[Path],
         watch: Stopwatch,
+        stop: StopRequest | None = None,
     ) -> None:
         self.settings = settings
         self.outputs = outputs
@@ -87,6 +90,9 @@ class Trainer:
         self.producer = producer
         self.base_assets = base_assets  # tokenizer files etc. every version copies
         self.watch = watch
+        self.stop = stop or StopRequest()
+        self.stopped = False
+        """The last ``run`` ended on a stop request, not at max_steps or an idle topic."""
         self.step = 0
         self.version = 0
         self.queue_head = -1
@@ -107,13 +113,21 @@ class Trainer:
         return int(client_state["next_offset"])
 
     def run(self, on_step: Any = None) -> int:
-        """Train until max_steps (or the topic idles with idle_exit_s); return steps taken."""
+        """Train until max_steps, the topic idles (with idle_exit_s) or a stop is requested;
+        return steps taken."""
         assert self.source is not None, "open_trainer attaches the source"
         taken = 0
         s = self.settings
         while s.max_steps is None or self.step < s.max_steps:
+            if self._stop_agreed():
+                break
             with self.watch.phase("wait_data"):
-                batch = self.source.next_batch(s.batch_size, s.poll_timeout_s, s.idle_exit_s)
+                batch = self.source.next_batch(
+                    s.batch_size, s.poll_timeout_s, s.idle_exit_s, self._stop_requested
+                )
+            if batch.stopped:
+                self.stopped = True
+                break
             if not batch.samples:
                 break
             started = time.perf_counter()
@@ -140,6 +154,14 @@ class Trainer:
             if on_step is not None:
                 on_step(record)
         return taken
+
+    def _stop_requested(self) -> bool:
+        return self.stop.requested
+
+    def _stop_agreed(self) -> bool:
+        """Whether any rank was asked to stop: every rank learns it at the same step."""
+        self.stopped = any(self.ranks.all_gather(self.stop.requested))
+        return self.stopped
 
     def _train(self, samples: list[TrainSample]) -> tuple[BatchStats, bool]:
         stats, applied = train_batch(self.engine, samples, self.settings, self.watch, self.ranks)
@@ -230,7 +252,9 @@ class Trainer:
             self.producer.close()
 
 
-def open_trainer(settings: TrainerSettings, bootstrap: str, home: Path) -> Trainer:
+def open_trainer(
+    settings: TrainerSettings, bootstrap: str, home: Path, stop: StopRequest | None = None
+) -> Trainer:
     """Load the base model, build the DeepSpeed engine, open Kafka (rank 0), resume from the
     latest checkpoint and start reading at its stored offset."""
     outputs = resolve_outputs(settings, home)
@@ -245,7 +269,7 @@ def open_trainer(settings: TrainerSettings, bootstrap: str, home: Path) -> Train
         ensure_topics(bootstrap, outputs.topics, timeout_s=30)
         producer = sync_producer(bootstrap)
     watch = Stopwatch(device_synchronizer(device))
-    trainer = Trainer(settings, outputs, engine, ranks, producer, base_assets(base), watch)
+    trainer = Trainer(settings, outputs, engine, ranks, producer, base_assets(base), watch, stop)
     start_offset = trainer.resume()
     source = None
     if producer is not None:

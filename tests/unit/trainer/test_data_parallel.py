@@ -134,7 +134,7 @@ class FakeSource:
         self.polls = polls
         self.closed = False
 
-    def next_batch(self, size, poll_timeout_s, idle_exit_s, on_poll=None) -> Batch:
+    def next_batch(self, size, poll_timeout_s, idle_exit_s, on_poll=None, stopping=None) -> Batch:
         for _ in range(self.polls):
             if on_poll is not None:
                 on_poll()

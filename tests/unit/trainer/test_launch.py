@@ -13,9 +13,9 @@ def test_one_rank_is_the_cli_itself():
     assert trainer_command(CLI, 1) == [*CLI, "trainer"]
 
 
-def test_more_ranks_run_the_same_cli_under_torchrun():
+def test_more_ranks_run_the_same_cli_under_torchrun_through_our_launcher():
     assert trainer_command(CLI, 2) == [
-        "/venv/bin/python", "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2",
+        "/venv/bin/python", "-m", "trainer.rank_launcher", "--standalone", "--nproc-per-node=2",
         "-m", "forge_rl.cli", "--config", "run.yaml", "trainer",
     ]  # fmt: skip
 
