@@ -7,6 +7,8 @@ processes or collectives) or I/O.
 
 Start-up:
 - launch — how the trainer is started with N data-parallel ranks on this machine (pure)
+- rank_launcher — torchrun with SIGTERM passed on to the ranks as a stop (I/O: processes)
+- stop_request — SIGTERM recorded as a stop the ranks agree on between steps (I/O: signals)
 - config — trainer settings, from the config file and environment (I/O)
 - outputs — where a run writes: its topics and directories, from its input topic (pure)
 - base_model — the initial policy, resolved once to a local model directory (I/O: files, Hub)
