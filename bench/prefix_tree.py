@@ -28,7 +28,7 @@ from rich.table import Table
 
 from infra.machine import machine_line
 from infra.tiny_model import build_model
-from trainer.cispo import compute_cispo_loss
+from trainer.losses import LossInputs, cispo_loss
 from trainer.prefix_tree import pack_rows
 from trainer.sequences import CallSequence
 from trainer.tree_forward import tree_logprobs
@@ -59,7 +59,7 @@ def part_loss(calls, logprobs, total):
     lp = torch.cat(logprobs)
     old = torch.cat([torch.from_numpy(c.old_logprobs) for c in calls]).to(lp.device)
     adv = torch.cat([torch.full((c.completion_len,), c.advantage) for c in calls]).to(lp.device)
-    return compute_cispo_loss(lp, old, adv, torch.ones_like(lp), 0.2, total).loss
+    return cispo_loss(LossInputs(lp, old, adv, torch.ones_like(lp)), total, eps_high=0.2).loss
 
 
 def naive_microbatches(calls, budget):

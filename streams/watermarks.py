@@ -240,10 +240,3 @@ class SharedHorizon:
             and self._certified.get(p) == self._newest
             for p in range(partitions)
         )
-
-
-def combined(horizons: list[datetime | None]) -> datetime | None:
-    """The horizon a worker owning several scorer partitions may tick its groups at."""
-    if not horizons or any(h is None for h in horizons):
-        return None
-    return min(h for h in horizons if h is not None)

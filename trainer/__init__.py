@@ -24,7 +24,6 @@ A step:
 - prefix_tree — prefix-tree packing of token sequences (pure)
 - tree_forward — per-token log-probs of completion tokens in one packed tree pass (pure)
 - losses — the policy-loss variants (cispo, tis, icepop) behind one signature (pure)
-- cispo — the CISPO objective in its flat form (pure)
 - diagnostics — off-policy diagnostics: importance ratios and k3 KL (pure)
 - data_parallel — which rank trains which row; collectives behind a protocol (pure)
 - batch_loss — one batch's gradients, row by row, normalised over the whole batch

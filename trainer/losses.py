@@ -77,7 +77,9 @@ def weighted_policy_loss(
 def cispo_loss(
     inputs: LossInputs, total_tokens: int | None = None, *, eps_high: float
 ) -> LossOutput:
-    """CISPO: w = clip(r, 0, 1+ε_high)."""
+    """CISPO (MiniMax-M1): w = clip(r, 0, 1+ε_high), detached, so
+    J = (1/Σ|o_i|) Σ_i Σ_t sg(clip(r_it, 0, 1+ε_high)) · Â_it · log π_θ(o_it | ·). Unlike PPO-clip,
+    a clipped token keeps its gradient: only the importance weight is bounded."""
     ratio = inputs.ratio()
     weight = torch.clamp(ratio, 0.0, 1.0 + eps_high)
     return weighted_policy_loss(inputs, weight, ratio > 1.0 + eps_high, total_tokens)

@@ -11,7 +11,6 @@ from streams.watermarks import (
     EventsProgress,
     SharedHorizon,
     Watermark,
-    combined,
     newest_metadata,
     newest_of_metadata,
 )
@@ -180,12 +179,6 @@ def test_only_event_time_counts_not_how_far_it_is_from_any_clock() -> None:
     for skew in (-3600, 0, 3600):
         marks = [behind(0, 100 + skew), behind(1, 80 + skew), caught_up(2, 90 + skew)]
         assert rounds(marks, marks).horizon(3) == at(80 + skew) - LATENESS
-
-
-def test_a_worker_ticks_at_the_lowest_horizon_of_the_partitions_it_scores() -> None:
-    assert combined([at(5), at(3)]) == at(3)
-    assert combined([at(5), None]) is None
-    assert combined([]) is None
 
 
 def test_a_next_owner_told_the_newest_event_time_reaches_it_though_no_watermark_carries_one():

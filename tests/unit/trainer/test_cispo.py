@@ -1,10 +1,17 @@
+"""The CISPO objective (trainer.losses.cispo_loss) on hand-computed values."""
+
 from __future__ import annotations
 
 import math
 
 import torch
 
-from trainer.cispo import compute_cispo_loss
+from trainer.losses import LossInputs, LossOutput, cispo_loss
+
+
+def compute_cispo_loss(lp, old, adv, mask, eps_high, total_tokens=None) -> LossOutput:
+    """CISPO over flat per-token tensors (``mask`` selects completion tokens)."""
+    return cispo_loss(LossInputs(lp, old, adv, mask), total_tokens, eps_high=eps_high)
 
 
 def test_matches_hand_computed_value():

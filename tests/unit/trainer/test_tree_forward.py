@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from infra.tiny_model import build_model
 from tests.unit.trainer.test_prefix_tree import forests
-from trainer.cispo import compute_cispo_loss
+from trainer.losses import LossInputs, cispo_loss
 from trainer.prefix_tree import build_forest, pack_rows
 from trainer.sequences import CallSequence
 from trainer.tree_forward import naive_logprobs, tree_logprobs
@@ -47,7 +47,7 @@ def cispo_over(calls, logprobs, eps_high=0.2):
     lp = torch.cat(logprobs)
     old = torch.cat([torch.from_numpy(c.old_logprobs) for c in calls])
     adv = torch.cat([torch.full((c.completion_len,), c.advantage) for c in calls])
-    return compute_cispo_loss(lp, old, adv, torch.ones_like(lp), eps_high).loss
+    return cispo_loss(LossInputs(lp, old, adv, torch.ones_like(lp)), None, eps_high=eps_high).loss
 
 
 def grads(model, loss) -> list[torch.Tensor]:
