@@ -29,6 +29,7 @@ Engines:
 - engine — the interface every engine backend implements, and what it returns (pure)
 - embedded_engine — an in-process transformers engine with micro-batching (I/O: weights)
 - vllm_engine — vLLM's OpenAI server over HTTP, with exact token ids and log-probs (I/O)
+- vllm_server — the vLLM server process a run starts, stops and restarts (I/O: processes)
 
 Recording and answering:
 - tool_calls — tool calls in generated text and tool results in a request (pure)
