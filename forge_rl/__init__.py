@@ -8,6 +8,8 @@ The command line:
 - cli_services — commands that start things: infrastructure, each service, the main job (I/O)
 - cli_data — commands over a run's data: replay, analytics, queries, reports, export,
   tracking (I/O)
+- extras — which optional install a command needs (trainer, plots), and the error naming it
+  (I/O: import lookup)
 
 The main job, `forge-rl run`, in the order a run goes:
 - run_config — settings of `forge-rl run`, from the config file and environment (I/O)

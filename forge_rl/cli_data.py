@@ -225,6 +225,9 @@ def report(ctx: click.Context, run_id: str | None, out_dir: Path) -> None:
     """Pictures of a run from the analytics store: reward and solved share by policy version,
     staleness, the cost ledger over time, trainer time by phase, KL and importance weights,
     throughput; one HTML page (index.html) showing them."""
+    from forge_rl.extras import require_extra
+
+    require_extra("matplotlib", "forge-rl report")
     from forge_rl.report import write_report
     from forge_rl.report_data import Span, run_span
 

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import click
 from rich.console import Console
+from rich.markup import escape
 
 from infra.config import InfraSettings
 from infra.settings import load_settings
@@ -24,10 +25,10 @@ class ForgeGroup(click.Group):
         try:
             return super().invoke(ctx)
         except ConfigError as exc:
-            err_console.print(f"[red]config error:[/red] {exc}", highlight=False)
+            err_console.print(f"[red]config error:[/red] {escape(str(exc))}", highlight=False)
             sys.exit(2)
         except ForgeError as exc:
-            err_console.print(f"[red]error:[/red] {exc}", highlight=False)
+            err_console.print(f"[red]error:[/red] {escape(str(exc))}", highlight=False)
             sys.exit(1)
 
 

@@ -206,6 +206,9 @@ def trainer(
     }  # fmt: skip
     settings = load_settings(TrainerSettings, ctx.find_root().obj, "trainer", overrides)
     bootstrap = require_bootstrap(infra)
+    from forge_rl.extras import require_extra
+
+    require_extra("deepspeed", "the trainer")
     from trainer.distributed import end_process_group
     from trainer.launch import launched_rank
     from trainer.service import open_trainer

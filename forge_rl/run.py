@@ -32,6 +32,7 @@ from forge_rl.closing_report import (
     run_learning,
     wait_for_sink,
 )
+from forge_rl.extras import require_extra
 from forge_rl.learning import LearningSummary
 from forge_rl.pipeline_watch import PipelineWatch
 from forge_rl.progress import ProgressView, progress_display, progress_view, status
@@ -330,6 +331,7 @@ class Runner:
 def run(settings: RunSettings, infra: InfraSettings, config_file: Path | None,
         console: Console, *, fresh: bool, trainer_ranks: int = 1) -> LearningSummary:  # fmt: skip
     """The whole main job; raises ChildCrashedError when a service dies under it."""
+    require_extra("deepspeed", "forge-rl run (its trainer)")
     if settings.engine == "vllm":  # before anything is started or deleted
         from forge_rl.local_vllm import require_vllm_python
 
@@ -377,6 +379,7 @@ def run(settings: RunSettings, infra: InfraSettings, config_file: Path | None,
         }
         (runner.run_dir / "summary.json").write_text(json.dumps(record, indent=2, default=str))
         try:
+            require_extra("matplotlib", "the run's picture report")
             from forge_rl.report import write_run_report  # matplotlib: only at the end
 
             page = write_run_report(runner.web_url, infra.home, runner.run_id)

@@ -22,6 +22,6 @@ pip=("$VENV/bin/python" -m pip)
 # DeepSpeed is an sdist: build it against the installed torch (not an isolated one), no ops.
 DS_BUILD_OPS=0 "${pip[@]}" install -q --no-build-isolation --no-cache-dir \
   -c scripts/constraints.txt deepspeed
-"${pip[@]}" install -q -c scripts/constraints.txt -e ".[dev]"
+"${pip[@]}" install -q -c scripts/constraints.txt -e ".[all,dev]"
 "${pip[@]}" check
 echo "$want" > "$stamp"

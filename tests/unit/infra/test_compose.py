@@ -154,6 +154,19 @@ def test_every_service_of_ours_is_built_here_with_a_forge_command():
             assert service["command"][0] in SETTINGS, name
 
 
+def test_only_the_trainer_image_has_deepspeed():
+    """Images by role (the Dockerfile's targets): the trainer's adds DeepSpeed, the rest are
+    forge-rl alone, which installs neither DeepSpeed nor matplotlib."""
+    targets = {n: s["build"]["target"] for n, s in services().items() if "build" in s}
+    assert targets.pop("trainer") == "trainer"
+    assert set(targets.values()) == {"service"}
+    stages = re.split(r"^FROM ", (ROOT / "Dockerfile").read_text(), flags=re.M)[1:]
+    by_target = {stage.split("\n", 1)[0].split(" AS ")[1].strip(): stage for stage in stages}
+    assert "deepspeed" not in by_target["service"] and "matplotlib" not in by_target["service"]
+    assert "deepspeed" in by_target["trainer"]
+    assert by_target["trainer"].startswith("service AS trainer")
+
+
 def test_the_admin_key_is_required():
     value = raw()["services"]["gateway"]["environment"]["FORGE_GATEWAY_ADMIN_KEY"]
     assert re.fullmatch(r"\$\{FORGE_GATEWAY_ADMIN_KEY:\?.+\}", value)
