@@ -15,7 +15,7 @@ def common_prefix(a: IntArray, b: IntArray) -> int:
     The usual case, one extending the other (an agent's next turn, a sequence after its
     prompt), is decided by one byte comparison: about 4x faster than the element-wise search
     for the gateway's few-hundred-token prompts, where it runs for each recent call."""
-    n = min(a.shape[0], b.shape[0])
+    n: int = min(a.shape[0], b.shape[0])
     head_a, head_b = a[:n], b[:n]
     if head_a.dtype == head_b.dtype and head_a.tobytes() == head_b.tobytes():
         return n
