@@ -14,13 +14,15 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import sys
 from collections.abc import Sequence
 from types import FrameType
 
 import psutil
 
 TORCHRUN_SIGNALS = "SIGINT,SIGHUP,SIGQUIT"
-"""The signals torchrun still handles (its default adds SIGTERM)."""
+"""The signals torchrun still handles (its default adds SIGTERM); a ``--signals-to-handle``
+given on the command line comes later and wins."""
 
 
 def pass_on_to_ranks(signum: int, frame: FrameType | None) -> None:
@@ -36,11 +38,11 @@ def pass_on_to_ranks(signum: int, frame: FrameType | None) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    os.environ["TORCHELASTIC_SIGNALS_TO_HANDLE"] = TORCHRUN_SIGNALS
     signal.signal(signal.SIGTERM, pass_on_to_ranks)
     from torch.distributed.run import main as torchrun
 
-    torchrun(list(argv) if argv is not None else None)
+    given = list(sys.argv[1:] if argv is None else argv)
+    torchrun([f"--signals-to-handle={TORCHRUN_SIGNALS}", *given])
 
 
 if __name__ == "__main__":
