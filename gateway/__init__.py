@@ -6,12 +6,15 @@ from those events. Each module is marked pure (no Kafka, network, files or proce
 
 HTTP edge, in the order a request meets it:
 - server — builds the engines from settings and serves the app with uvicorn (I/O)
-- app — the FastAPI app: routers, error mapping, middleware, background loops (I/O)
+- app — the FastAPI app: its collaborators, routers, error handlers, middleware, background
+  loops (I/O)
 - body_limit — ASGI middleware refusing oversized bodies with 413, before parsing (I/O)
+- deps — the app's collaborators as FastAPI dependencies, for module-level routers (pure)
 - auth — who may act on which rollout: the admin key, or the rollout's own key (pure)
 - openai_routes — the OpenAI-compatible endpoints, by key or by rollout URL (I/O)
 - lifecycle — the rollout lifecycle endpoints: start, signals, finish, abort (I/O)
-- protocol — OpenAI request models: what passes validation (pure)
+- protocol — every request validated: the request models, and the one path from a model
+  request to a call the engine may run (pure)
 
 Rollout service:
 - limits — bounded work: so many generations run, so many wait, the rest get 429 (pure)
@@ -44,7 +47,8 @@ Reading the log back:
 
 Shared:
 - config — gateway settings, from the config file and environment (I/O)
-- errors — gateway errors with their HTTP status and OpenAI error type (pure)
+- errors — gateway errors with their HTTP status and OpenAI error type, and the one rendering
+  of any of them as an answer (pure)
 - metrics — Prometheus metrics of one app, in a registry of its own (pure)
 - heap — the process's garbage-collector settings, applied once it serves (pure; process-wide)
 """

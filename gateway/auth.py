@@ -1,6 +1,6 @@
-"""Who may act on what, as FastAPI dependencies: the admin key acts on every rollout, a
-rollout's key only on its own. The admin key is compared in constant time; rollout keys are
-found by their hash (see ``rollouts``)."""
+"""Who may act on what: the admin key acts on every rollout, a rollout's key only on its own.
+The admin key is compared in constant time; rollout keys are found by their hash (see
+``rollouts``). Routes reach these checks through ``deps``."""
 
 from __future__ import annotations
 
@@ -14,11 +14,17 @@ from gateway.rollouts import Rollout, RolloutRegistry
 
 
 class Auth:
-    def __init__(self, admin_key: str, rollouts: RolloutRegistry) -> None:
+    def __init__(
+        self,
+        admin_key: str,
+        rollouts: RolloutRegistry,
+        sync: Callable[[], Awaitable[None]] | None = None,
+    ) -> None:
+        """``sync``, with several replicas: returns once every event acknowledged before the
+        call has been applied here, so a rollout another replica started is known."""
         self._admin_key = admin_key.encode()
         self.rollouts = rollouts
-        self.sync: Callable[[], Awaitable[None]] | None = None
-        """With several replicas: wait until every acknowledged event has been applied."""
+        self.sync = sync
 
     def _token(self, request: Request) -> str:
         scheme, _, token = request.headers.get("authorization", "").partition(" ")
@@ -30,19 +36,19 @@ class Auth:
         return secrets.compare_digest(token.encode(), self._admin_key)
 
     async def admin(self, request: Request) -> None:
-        """Dependency: the admin key."""
+        """The admin key."""
         if not self._is_admin(self._token(request)):
             raise PermissionDeniedError("this endpoint needs the admin key")
 
     async def any_key(self, request: Request) -> None:
-        """Dependency: the admin key or any open rollout's key."""
+        """The admin key or any open rollout's key."""
         token = self._token(request)
         if not self._is_admin(token) and self.rollouts.id_for_key(token) is None:
             raise AuthenticationError("invalid API key")
 
     async def rollout(self, request: Request) -> Rollout:
-        """Dependency: the rollout a request acts on (path, X-Forge-Rollout header, or the
-        key's own rollout), which the key may act on."""
+        """The rollout a request acts on (path, X-Forge-Rollout header, or the key's own
+        rollout), which the key may act on."""
         token = self._token(request)
         if self.sync is not None:
             await self.sync()
@@ -65,6 +71,5 @@ class Auth:
         return self.rollouts.get(rollout_id)
 
     async def open_rollout(self, request: Request) -> Rollout:
-        """Dependency: as ``rollout``, and still running. (Dependencies are coroutines:
-        FastAPI would run plain functions in a thread pool, ~1 ms a request.)"""
+        """As ``rollout``, and still running."""
         return self.rollouts.open((await self.rollout(request)).rollout_id)

@@ -1,57 +1,60 @@
-"""ASGI middleware rejecting request bodies over a size limit with 413, before parsing."""
+"""ASGI middleware refusing request bodies over a size limit with 413, before parsing.
+
+A declared Content-Length over the limit is refused before the app runs. A body that grows
+past it while being read (chunked) stops being read; whatever the app answers to the body it
+could not read is dropped, and the 413 goes out instead. Both are rendered by
+``errors.error_response``, as every refusal is.
+"""
 
 from __future__ import annotations
 
-import json
-from typing import Any
+import contextlib
 
-from gateway.responses import error_body
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-Scope = dict[str, Any]
+from gateway.errors import BodyTooLargeError, error_response
 
 
 class BodyLimitMiddleware:
-    def __init__(self, app: Any, max_bytes: int) -> None:
+    def __init__(self, app: ASGIApp, max_bytes: int) -> None:
         self.app = app
         self.max_bytes = max_bytes
 
-    async def __call__(self, scope: Scope, receive: Any, send: Any) -> None:
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
         declared = dict(scope.get("headers") or []).get(b"content-length")
         if declared is not None and declared.isdigit() and int(declared) > self.max_bytes:
-            await self._reject(send)
+            await self._refuse(scope, receive, send)
             return
         seen = 0
+        refused = answered = False
 
-        async def limited_receive() -> dict[str, Any]:
-            nonlocal seen
+        async def limited_receive() -> Message:
+            nonlocal seen, refused
             message = await receive()
             if message["type"] == "http.request":
                 seen += len(message.get("body", b""))
                 if seen > self.max_bytes:
-                    raise _TooLarge
+                    refused = True
+                    raise self._too_large()
             return message
 
-        try:
-            await self.app(scope, limited_receive, send)
-        except _TooLarge:
-            await self._reject(send)
+        async def guarded_send(message: Message) -> None:
+            nonlocal answered
+            if refused:  # the app's answer to a body it could not read: the 413 replaces it
+                return
+            answered = True
+            await send(message)
 
-    async def _reject(self, send: Any) -> None:
-        body = json.dumps(
-            error_body(f"request body exceeds {self.max_bytes} bytes", "invalid_request_error")
-        ).encode()
-        await send(
-            {
-                "type": "http.response.start",
-                "status": 413,
-                "headers": [(b"content-type", b"application/json")],
-            }
-        )
-        await send({"type": "http.response.body", "body": body})
+        with contextlib.suppress(BodyTooLargeError):
+            await self.app(scope, limited_receive, guarded_send)
+        if refused and not answered:
+            await self._refuse(scope, receive, send)
 
+    def _too_large(self) -> BodyTooLargeError:
+        return BodyTooLargeError(f"request body exceeds {self.max_bytes} bytes")
 
-class _TooLarge(Exception):
-    pass
+    async def _refuse(self, scope: Scope, receive: Receive, send: Send) -> None:
+        await error_response(self._too_large())(scope, receive, send)

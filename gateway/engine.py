@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 import numpy.typing as npt
 
-from gateway.chat_tokenizer import ChatTokenizer
+if TYPE_CHECKING:  # what records a call (``recorder``) needs none of the tokenizer's imports
+    from gateway.chat_tokenizer import ChatTokenizer
 
 
 @dataclass(frozen=True)

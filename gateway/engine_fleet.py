@@ -175,9 +175,7 @@ class EngineFleet:
 
     def _unavailable(self) -> EngineUnavailableError:
         """503; Retry-After is when the first engine out on backoff is tried again, if known."""
-        error = EngineUnavailableError(NO_ENGINE)
         now = self._clock()
         waits = [t - now for t in self.router.down_until if t > now]
-        if waits:
-            error.retry_after_s = max(1, math.ceil(min(waits)))
-        return error
+        retry_after_s = max(1, math.ceil(min(waits))) if waits else None
+        return EngineUnavailableError(NO_ENGINE, retry_after_s=retry_after_s)

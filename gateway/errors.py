@@ -1,11 +1,23 @@
-"""Gateway errors, each with its HTTP status and OpenAI error type; mapped in one place."""
+"""Gateway errors, each with its HTTP status and OpenAI error type, and the one rendering of
+any of them as the answer an agent gets (pure).
+
+Third-party errors (request validation, Starlette's own 404/405) are translated into these
+at the adapter that catches them; whatever the gateway refuses is then answered by
+``error_response``, so every refusal has OpenAI's shape and its Retry-After when one is due.
+"""
 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Mapping, Sequence
 from typing import Any
 
+from starlette.responses import JSONResponse
+
 from schemas.errors import ForgeError
+
+INTERNAL_ERROR = "internal error; nothing of this request was recorded"
+"""What an agent is told of an unexpected error: the details go to the log only."""
 
 
 class GatewayError(ForgeError):
@@ -14,9 +26,13 @@ class GatewayError(ForgeError):
     retry_after_s: int | None = None
     """Sent as Retry-After when set."""
 
-    def __init__(self, message: str, *, param: str | None = None) -> None:
+    def __init__(
+        self, message: str, *, param: str | None = None, retry_after_s: int | None = None
+    ) -> None:
         super().__init__(message)
         self.param = param
+        if retry_after_s is not None:
+            self.retry_after_s = retry_after_s
 
 
 class InvalidRequestError(GatewayError):
@@ -47,6 +63,17 @@ class RolloutClosedError(GatewayError):
 class BodyTooLargeError(GatewayError):
     status = 413
     error_type = "invalid_request_error"
+
+
+class HttpStatusError(GatewayError):
+    """A refusal of the HTTP layer itself (no such path: 404, wrong method: 405), its status
+    as the framework chose it."""
+
+    error_type = "invalid_request_error"
+
+    def __init__(self, message: str, *, status: int) -> None:
+        super().__init__(message)
+        self.status = status
 
 
 class OverloadedError(GatewayError):
@@ -83,3 +110,51 @@ class EngineUnavailableError(GatewayError):
     status = 503
     error_type = "service_unavailable"
     retry_after_s = 5
+
+
+class UnsupportedFieldError(ValueError):
+    """A known OpenAI field the gateway cannot honour; names the field for the 400. A
+    ValueError, because pydantic turns only those raised in a validator into a validation
+    error (``invalid_request`` finds it there)."""
+
+    def __init__(self, field: str, why: str) -> None:
+        super().__init__(f"{field} is not supported: {why}")
+        self.field = field
+
+
+_TYPE_TAGS = {"str", "int", "float", "bool", "list", "dict", "none", "json-or-python"}
+
+
+def _field_path(loc: tuple[Any, ...]) -> str | None:
+    """``("body", "stop", "constrained-str")`` -> ``"stop"``: union-member tags (type names,
+    model names) dropped; the API's own fields are snake_case."""
+    parts = [
+        str(p)
+        for p in loc[1:]
+        if isinstance(p, int) or not ("[" in p or "-" in p or p in _TYPE_TAGS or p[:1].isupper())
+    ]
+    return ".".join(parts) or None
+
+
+def invalid_request(errors: Sequence[Mapping[str, Any]]) -> InvalidRequestError:
+    """A request body's validation errors (pydantic's) as one 400 naming the field, as OpenAI
+    answers a malformed request."""
+    if any(e.get("type") == "json_invalid" for e in errors):
+        return InvalidRequestError("body is not valid JSON")
+    first = errors[0] if errors else {}
+    cause = (first.get("ctx") or {}).get("error")
+    if isinstance(cause, UnsupportedFieldError):
+        return InvalidRequestError(str(cause), param=cause.field)
+    param = _field_path(tuple(first.get("loc", ())))
+    message = "; ".join(f"{_field_path(tuple(e['loc'])) or 'body'}: {e['msg']}" for e in errors[:5])
+    return InvalidRequestError(message, param=param)
+
+
+def error_response(exc: GatewayError) -> JSONResponse:
+    """The answer to a refused request: OpenAI's error shape with the error's status, and
+    Retry-After when the error says when to retry."""
+    error = {"message": str(exc), "type": exc.error_type, "param": exc.param, "code": None}
+    response = JSONResponse({"error": error}, exc.status)
+    if exc.retry_after_s is not None:
+        response.headers["Retry-After"] = str(exc.retry_after_s)
+    return response

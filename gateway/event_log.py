@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
 from aiokafka import AIOKafkaProducer
@@ -44,16 +44,25 @@ class EventSink(Protocol):
 
 class EventLog:
     def __init__(
-        self, bootstrap: str, events_topic: str, queue_topic: str, *, timeout_s: float
+        self,
+        bootstrap: str,
+        events_topic: str,
+        queue_topic: str,
+        *,
+        timeout_s: float,
+        new_producer: Callable[[], AIOKafkaProducer] | None = None,
     ) -> None:
+        """``new_producer`` makes a producer, at start and whenever a broken one is renewed;
+        by default the durable producer for ``bootstrap``."""
         self.events_topic = events_topic
         self.queue_topic = queue_topic
         self.timeout_s = timeout_s
         self.bootstrap = bootstrap
+        self._new_producer = new_producer or self._durable_producer
         self._partitioner = RememberingPartitioner()
         """The producer's own rule (``durable_producer``): a rollout's events on one partition."""
 
-    def _new_producer(self) -> AIOKafkaProducer:
+    def _durable_producer(self) -> AIOKafkaProducer:
         return durable_producer(
             self.bootstrap,
             linger_ms=0,

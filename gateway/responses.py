@@ -160,7 +160,3 @@ def text_chunks(
     if usage_ is not None:
         chunks.append({**base, "choices": [], "usage": usage_})
     return chunks
-
-
-def error_body(message: str, error_type: str, param: str | None = None) -> dict[str, Any]:
-    return {"error": {"message": message, "type": error_type, "param": param, "code": None}}

@@ -98,13 +98,20 @@ class RolloutRegistry:
         """Rollouts seen in the log that cannot be served here, with the reason."""
 
     def create(
-        self, task_id: str, group_id: str | None, group_size: int, domain: str = DEFAULT_DOMAIN
+        self,
+        task_id: str,
+        group_id: str | None,
+        group_size: int,
+        domain: str = DEFAULT_DOMAIN,
+        *,
+        progress: StepProgress | None = None,
     ) -> tuple[Rollout, str]:
-        """A new running rollout and its API key (handed out once, kept only as a hash)."""
+        """A new running rollout and its API key (handed out once, kept only as a hash);
+        ``progress`` where its domain truncates."""
         rollout_id = uuid.uuid4().hex
         api_key = f"fr-{secrets.token_urlsafe(24)}"
         rollout = Rollout(rollout_id, task_id, group_id or rollout_id, group_size,
-                          time.monotonic(), domain=domain)  # fmt: skip
+                          time.monotonic(), domain=domain, progress=progress)  # fmt: skip
         self._by_id[rollout_id] = rollout
         self._by_key[key_hash(api_key)] = rollout_id
         return rollout, api_key

@@ -90,9 +90,12 @@ class RolloutService:
         self._asked: dict[str, float] = {}
         """When a start of each domain was last asked for (monotonic)."""
         self.rollouts = RolloutRegistry(settings.rollout_timeout_s)
-        self.admission = ActiveBuffer(settings.active_buffer)
-        if settings.follow_policy:  # else the served version never changes: any head applies
-            self.admission.served_version = lambda: self.engine.policy_version
+        # Without a policy to follow, the served version never changes: any head applies.
+        self.admission = (
+            ActiveBuffer(settings.active_buffer, served_version=lambda: engine.policy_version)
+            if settings.follow_policy
+            else ActiveBuffer(settings.active_buffer)
+        )
         self.limiter = GenerationLimiter(
             settings.max_concurrent_generations, settings.max_queued_generations
         )
@@ -126,9 +129,10 @@ class RolloutService:
         domain = self.domain(domain_name)
         group_size = group_size or domain.group_size or 1
         self._mix_check(domain.name, group_id, group_size)
-        rollout, api_key = self.rollouts.create(task_id, group_id, group_size, domain.name)
-        if domain.truncation.enabled:
-            rollout.progress = StepProgress()
+        progress = StepProgress() if domain.truncation.enabled else None
+        rollout, api_key = self.rollouts.create(
+            task_id, group_id, group_size, domain.name, progress=progress
+        )
         if not self.admission.admit(rollout.group_id, group_size, domain.name):
             self.rollouts.forget(rollout.rollout_id)
             raise OverloadedError(
@@ -280,17 +284,6 @@ class RolloutService:
         self._failed_starts = still
 
     # --- model calls --------------------------------------------------------------------------
-
-    def check_prompt(self, prompt_len: int, max_tokens: int) -> None:
-        if prompt_len == 0:
-            raise InvalidRequestError("the prompt is empty", param="prompt")
-        limit = self.settings.max_context_tokens
-        if prompt_len + max_tokens > limit:
-            raise InvalidRequestError(
-                f"prompt ({prompt_len} tokens) + max_tokens ({max_tokens}) exceeds the context "
-                f"of {limit} tokens",
-                param="max_tokens",
-            )
 
     async def call(self, rollout: Rollout, call: CallInput) -> AnsweredCall:
         """Generate, store the call's events durably, remember it as a parent candidate; then

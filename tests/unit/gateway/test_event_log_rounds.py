@@ -81,13 +81,18 @@ class HeldProducer:
             ack.set_result(None)
 
 
-async def started_log() -> tuple[EventLog, HeldProducer]:
-    log = EventLog("unused:9092", "events", "queue", timeout_s=5)
+async def started_log(*renewals: HeldProducer) -> tuple[EventLog, HeldProducer]:
+    """A started log over a held producer; ``renewals``: the producers it makes next, when it
+    renews a broken one."""
     producer = HeldProducer()
-    log._new_producer = lambda: producer  # type: ignore[method-assign,assignment,return-value]
-    log.producer = producer  # type: ignore[assignment]
-    log._renewing = False
-    log._gathering, log._rounds = [], None
+    producer.may_start.set()
+    made = iter([producer, *renewals])
+
+    def new_producer() -> Any:
+        return next(made)
+
+    log = EventLog("unused:9092", "events", "queue", timeout_s=5, new_producer=new_producer)
+    await log.start()
     return log, producer
 
 
@@ -242,9 +247,8 @@ async def test_an_event_over_the_size_limit_fails_its_call_alone(monkeypatch):
 
 
 async def test_a_renewed_producer_takes_sends_only_once_it_has_started():
-    log, old = await started_log()
     fresh = HeldProducer()
-    log._new_producer = lambda: fresh  # type: ignore[method-assign,assignment,return-value]
+    log, old = await started_log(fresh)
     renewal = asyncio.create_task(log._renew_if_broken(OutOfOrderSequenceNumber()))
     await fresh.started.wait()
     assert log.producer is old  # a round meanwhile sends to the old one (and gets 503s)
@@ -254,13 +258,12 @@ async def test_a_renewed_producer_takes_sends_only_once_it_has_started():
 
 
 async def test_a_renewed_producer_that_does_not_start_leaves_the_old_one_in_place():
-    log, old = await started_log()
     fresh = HeldProducer()
 
     async def refuse() -> None:
         raise KafkaConnectionError("broker away")
 
     fresh.start = refuse  # type: ignore[method-assign]
-    log._new_producer = lambda: fresh  # type: ignore[method-assign,assignment,return-value]
+    log, old = await started_log(fresh)
     await log._renew_if_broken(OutOfOrderSequenceNumber())
     assert log.producer is old and fresh.stopped and not old.stopped

@@ -152,3 +152,30 @@ async def test_a_bad_request_never_fails_a_good_one_in_the_same_engine_batch(tin
     assert len(results[0][0].token_ids) == 3
     assert isinstance(results[1], EngineError) and isinstance(results[2], EngineError)
     assert "10000000" not in str(results[1])  # no internals in what the agent sees
+
+
+async def test_a_body_over_the_limit_is_413_whether_declared_or_streamed(tiny_policy):
+    """Declared by Content-Length, or only found while reading a chunked body: a 413 in
+    OpenAI's error shape either way, and nothing in the log."""
+    from tests.unit.gateway.conftest import app_under_test
+
+    async def chunked(pieces: int):
+        for _ in range(pieces):
+            yield b" " * 512
+
+    async with app_under_test(tiny_policy, max_body_bytes=1024) as small:
+        rollout = await small.new_rollout()
+        path = f"/rollouts/{rollout['rollout_id']}/v1/chat/completions"
+        key = {"Authorization": f"Bearer {rollout['api_key']}"}
+        declared = await small.http.post(path, content=b" " * 2048, headers=key)
+        streamed = await small.http.post(path, content=chunked(4), headers=key)
+        for response in (declared, streamed):
+            assert response.status_code == 413, response.text
+            error = response.json()["error"]
+            assert error["message"] == "request body exceeds 1024 bytes"
+            assert (error["type"], error["param"], error["code"]) == (
+                "invalid_request_error",
+                None,
+                None,
+            )
+        assert len(small.log.envelopes(rollout["rollout_id"])) == 1
