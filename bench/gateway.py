@@ -91,7 +91,7 @@ def serve(mode: str, port: int, bootstrap: str, topics: list[str], tokenizer_dir
             admin_key=ADMIN, port=port, events_topic=topics[0], queue_topic=topics[1],
             policy_topic=topics[2], follow_policy=False,
         )  # fmt: skip
-        serve_gateway(settings, bootstrap, tokenizer_dir, engine)
+        serve_gateway(settings, bootstrap, tokenizer_dir, settings.domains(), engine)
         return
     import uvicorn
     from fastapi import FastAPI

@@ -25,7 +25,7 @@ from gateway import lifecycle, openai_routes
 from gateway.auth import Auth
 from gateway.body_limit import BodyLimitMiddleware
 from gateway.config import GatewaySettings
-from gateway.deps import EngineDep, MetricsDep
+from gateway.deps import Gateway, GatewayDep
 from gateway.engine import Engine
 from gateway.errors import (
     INTERNAL_ERROR,
@@ -51,9 +51,10 @@ service_router = APIRouter()
 
 
 @service_router.get("/health")
-async def health(engine: EngineDep) -> JSONResponse:
+async def health(gateway: GatewayDep) -> JSONResponse:
     """As vLLM names it; also says which policy version the engine serves. 503 while the
     engine is down (calls get 503 with Retry-After meanwhile)."""
+    engine = gateway.engine
     up = engine.available
     body = {
         "status": "ok" if up else "unavailable",
@@ -64,8 +65,9 @@ async def health(engine: EngineDep) -> JSONResponse:
 
 
 @service_router.get("/metrics")
-async def prometheus(engine: EngineDep, metrics: MetricsDep) -> Response:
-    metrics.engine_up.set(1 if engine.available else 0)
+async def prometheus(gateway: GatewayDep) -> Response:
+    metrics = gateway.metrics
+    metrics.engine_up.set(1 if gateway.engine.available else 0)
     return Response(generate_latest(metrics.registry), media_type=CONTENT_TYPE_LATEST)
 
 
@@ -149,13 +151,8 @@ def create_app(
     # their providers up on every request, stay off.
     no_telemetry = TelemetryConfig(tracing=False, metrics=False, logs=False)
     app = FastAPI(title="forge-rl gateway", lifespan=lifespan, telemetry=no_telemetry)
-    # What the routers' dependencies (``gateway.deps``) read.
-    app.state.settings = settings
-    app.state.service = service
-    app.state.auth = auth
-    app.state.tokenizer = engine.tokenizer
-    app.state.engine = engine
-    app.state.metrics = metrics
+    # What the routers' dependency (``gateway.deps``) reads.
+    app.state.gateway = Gateway(settings, service, auth, engine.tokenizer, engine, metrics)
     # The rollout-prefixed mount first: the base URLs agents are handed use it, and routes are
     # matched in order (the paths of the two mounts never overlap).
     app.include_router(openai_routes.router, prefix=openai_routes.ROLLOUT_PREFIX)

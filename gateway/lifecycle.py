@@ -7,7 +7,7 @@ from typing import Any
 
 from fastapi import APIRouter, Depends
 
-from gateway.deps import OpenRolloutDep, ServiceDep, SettingsDep, require_admin
+from gateway.deps import GatewayDep, OpenRolloutDep, require_admin
 from gateway.protocol import AbortIn, FinishIn, RolloutCreate, SignalsIn
 from schemas.records import TRUNCATED, ProcessSignal, RolloutAborted, RolloutFinished
 
@@ -15,10 +15,8 @@ router = APIRouter(prefix="/rollouts")
 
 
 @router.post("", dependencies=[Depends(require_admin)])
-async def create_rollout(
-    body: RolloutCreate, service: ServiceDep, settings: SettingsDep
-) -> dict[str, Any]:
-    rollout, api_key = await service.start(
+async def create_rollout(body: RolloutCreate, gateway: GatewayDep) -> dict[str, Any]:
+    rollout, api_key = await gateway.service.start(
         body.task_id, body.group_id, body.group_size, body.metadata, body.domain
     )
     return {
@@ -27,35 +25,35 @@ async def create_rollout(
         "group_size": rollout.group_size,
         "domain": rollout.domain,
         "api_key": api_key,
-        "base_url": f"{settings.public_url}/rollouts/{rollout.rollout_id}/v1",
+        "base_url": f"{gateway.settings.public_url}/rollouts/{rollout.rollout_id}/v1",
     }
 
 
 @router.get("/next-domain", dependencies=[Depends(require_admin)])
-async def next_domain(service: ServiceDep) -> dict[str, Any]:
+async def next_domain(gateway: GatewayDep) -> dict[str, Any]:
     """The domain whose next group the mix wants (``gateway.domain_mix``), and where every
     domain stands: a fleet asks before it starts a group."""
-    return service.next_domain()
+    return gateway.service.next_domain()
 
 
 @router.post("/{rollout_id}/signals")
-async def signals(body: SignalsIn, rollout: OpenRolloutDep, service: ServiceDep) -> dict[str, Any]:
+async def signals(body: SignalsIn, rollout: OpenRolloutDep, gateway: GatewayDep) -> dict[str, Any]:
     items = body if isinstance(body, list) else [body]
-    await service.signal(rollout, [ProcessSignal(s.step, s.name, s.value) for s in items])
+    await gateway.service.signal(rollout, [ProcessSignal(s.step, s.name, s.value) for s in items])
     return {"accepted": len(items)}
 
 
 @router.post("/{rollout_id}/finish")
-async def finish(body: FinishIn, rollout: OpenRolloutDep, service: ServiceDep) -> dict[str, Any]:
+async def finish(body: FinishIn, rollout: OpenRolloutDep, gateway: GatewayDep) -> dict[str, Any]:
     event = RolloutFinished(body.status, body.outcome_reward, body.reason)
     status = TRUNCATED if body.status == TRUNCATED else "finished"
     signals = [ProcessSignal(s.step, s.name, s.value) for s in body.signals]
-    await service.close(rollout, event, status, body.reason, signals)
+    await gateway.service.close(rollout, event, status, body.reason, signals)
     return {"rollout_id": rollout.rollout_id, "status": status}
 
 
 @router.post("/{rollout_id}/abort")
-async def abort(body: AbortIn, rollout: OpenRolloutDep, service: ServiceDep) -> dict[str, Any]:
+async def abort(body: AbortIn, rollout: OpenRolloutDep, gateway: GatewayDep) -> dict[str, Any]:
     """The agent failed (crashed, gave no answer): the group scores it as aborted."""
-    await service.close(rollout, RolloutAborted(reason=body.reason), "aborted")
+    await gateway.service.close(rollout, RolloutAborted(reason=body.reason), "aborted")
     return {"rollout_id": rollout.rollout_id, "status": "aborted"}

@@ -14,7 +14,7 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 
 from gateway import responses
 from gateway.chat_tokenizer import ChatTokenizer
-from gateway.deps import OpenRolloutDep, ServiceDep, SettingsDep, TokenizerDep, require_any_key
+from gateway.deps import GatewayDep, OpenRolloutDep, require_any_key
 from gateway.protocol import ChatCompletionRequest, CompletionRequest, validated_call
 
 ROLLOUT_PREFIX = "/rollouts/{rollout_id}"
@@ -39,10 +39,9 @@ def _token_text(tokenizer: ChatTokenizer) -> responses.TokenText:
 async def chat(
     body: ChatCompletionRequest,
     rollout: OpenRolloutDep,
-    service: ServiceDep,
-    settings: SettingsDep,
-    tokenizer: TokenizerDep,
+    gateway: GatewayDep,
 ) -> Response:
+    service, settings, tokenizer = gateway.service, gateway.settings, gateway.tokenizer
     async with service.limiter.slot():
         call = await validated_call(body, tokenizer, settings)
         recorded = await service.call(rollout, call)
@@ -64,10 +63,9 @@ async def chat(
 async def completions(
     body: CompletionRequest,
     rollout: OpenRolloutDep,
-    service: ServiceDep,
-    settings: SettingsDep,
-    tokenizer: TokenizerDep,
+    gateway: GatewayDep,
 ) -> Response:
+    service, settings, tokenizer = gateway.service, gateway.settings, gateway.tokenizer
     async with service.limiter.slot():
         call = await validated_call(body, tokenizer, settings)
         recorded = await service.call(rollout, call)
@@ -83,7 +81,8 @@ async def completions(
 
 
 @router.get("/models", dependencies=[Depends(require_any_key)])
-async def models(settings: SettingsDep) -> dict[str, Any]:
+async def models(gateway: GatewayDep) -> dict[str, Any]:
+    settings = gateway.settings
     model = {"id": settings.served_model_name, "object": "model", "created": 0,
              "owned_by": "forge-rl"}  # fmt: skip
     return {"object": "list", "data": [model]}

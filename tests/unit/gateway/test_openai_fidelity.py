@@ -98,7 +98,7 @@ async def test_unsupported_sampling_is_refused_through_the_sdk(gw):
 
 async def test_overload_is_429_with_retry_after(gw):
     rollout = await gw.new_rollout()
-    limiter = gw.app.state.service.limiter
+    limiter = gw.app.state.gateway.service.limiter
     limiter.admitted += 10**6
     try:
         with pytest.raises(openai.RateLimitError) as refused:

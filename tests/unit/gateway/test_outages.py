@@ -51,7 +51,7 @@ async def test_a_call_answered_503_that_lands_late_is_in_no_trajectory(gw):
 
 
 async def test_a_rollout_whose_start_failed_is_closed_once_the_log_is_back(gw):
-    service = gw.app.state.service
+    service = gw.app.state.gateway.service
     gw.log.outage = True
     original_enqueue = gw.log.enqueue
 

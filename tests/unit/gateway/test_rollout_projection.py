@@ -24,7 +24,7 @@ async def test_a_second_gateway_reading_the_log_continues_the_delta_chain(tiny_p
         log = first.log
     async with app_under_test(tiny_policy) as second:
         second.log.events = list(log.events)  # the same log, read back
-        service = second.app.state.service
+        service = second.app.state.gateway.service
         for envelope in second.log.envelopes():
             service.apply(envelope)
         again = second.sdk(rollout)  # same base URL path and key
