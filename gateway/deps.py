@@ -53,9 +53,18 @@ async def require_any_key(request: Request, gateway: GatewayDep) -> None:
     await gateway.auth.any_key(request)
 
 
-async def get_open_rollout(request: Request, gateway: GatewayDep) -> Rollout:
-    """The running rollout the request acts on, which its key may act on."""
-    return await gateway.auth.open_rollout(request)
+@dataclass(frozen=True)
+class RolloutRequest:
+    """A request acting on an open rollout its key may act on, and what serves it: one
+    dependency for the calls agents make most."""
+
+    gateway: Gateway
+    rollout: Rollout
 
 
-OpenRolloutDep = Annotated[Rollout, Depends(get_open_rollout)]
+async def get_rollout_request(request: Request) -> RolloutRequest:
+    gateway: Gateway = request.app.state.gateway
+    return RolloutRequest(gateway, await gateway.auth.open_rollout(request))
+
+
+RolloutRequestDep = Annotated[RolloutRequest, Depends(get_rollout_request)]

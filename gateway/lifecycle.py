@@ -7,7 +7,7 @@ from typing import Any
 
 from fastapi import APIRouter, Depends
 
-from gateway.deps import GatewayDep, OpenRolloutDep, require_admin
+from gateway.deps import GatewayDep, RolloutRequestDep, require_admin
 from gateway.protocol import AbortIn, FinishIn, RolloutCreate, SignalsIn
 from schemas.records import TRUNCATED, ProcessSignal, RolloutAborted, RolloutFinished
 
@@ -37,23 +37,25 @@ async def next_domain(gateway: GatewayDep) -> dict[str, Any]:
 
 
 @router.post("/{rollout_id}/signals")
-async def signals(body: SignalsIn, rollout: OpenRolloutDep, gateway: GatewayDep) -> dict[str, Any]:
+async def signals(body: SignalsIn, on: RolloutRequestDep) -> dict[str, Any]:
     items = body if isinstance(body, list) else [body]
-    await gateway.service.signal(rollout, [ProcessSignal(s.step, s.name, s.value) for s in items])
+    await on.gateway.service.signal(
+        on.rollout, [ProcessSignal(s.step, s.name, s.value) for s in items]
+    )
     return {"accepted": len(items)}
 
 
 @router.post("/{rollout_id}/finish")
-async def finish(body: FinishIn, rollout: OpenRolloutDep, gateway: GatewayDep) -> dict[str, Any]:
+async def finish(body: FinishIn, on: RolloutRequestDep) -> dict[str, Any]:
     event = RolloutFinished(body.status, body.outcome_reward, body.reason)
     status = TRUNCATED if body.status == TRUNCATED else "finished"
     signals = [ProcessSignal(s.step, s.name, s.value) for s in body.signals]
-    await gateway.service.close(rollout, event, status, body.reason, signals)
-    return {"rollout_id": rollout.rollout_id, "status": status}
+    await on.gateway.service.close(on.rollout, event, status, body.reason, signals)
+    return {"rollout_id": on.rollout.rollout_id, "status": status}
 
 
 @router.post("/{rollout_id}/abort")
-async def abort(body: AbortIn, rollout: OpenRolloutDep, gateway: GatewayDep) -> dict[str, Any]:
+async def abort(body: AbortIn, on: RolloutRequestDep) -> dict[str, Any]:
     """The agent failed (crashed, gave no answer): the group scores it as aborted."""
-    await gateway.service.close(rollout, RolloutAborted(reason=body.reason), "aborted")
-    return {"rollout_id": rollout.rollout_id, "status": "aborted"}
+    await on.gateway.service.close(on.rollout, RolloutAborted(reason=body.reason), "aborted")
+    return {"rollout_id": on.rollout.rollout_id, "status": "aborted"}

@@ -14,7 +14,7 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 
 from gateway import responses
 from gateway.chat_tokenizer import ChatTokenizer
-from gateway.deps import GatewayDep, OpenRolloutDep, require_any_key
+from gateway.deps import GatewayDep, RolloutRequestDep, require_any_key
 from gateway.protocol import ChatCompletionRequest, CompletionRequest, validated_call
 
 ROLLOUT_PREFIX = "/rollouts/{rollout_id}"
@@ -38,9 +38,9 @@ def _token_text(tokenizer: ChatTokenizer) -> responses.TokenText:
 @router.post("/chat/completions")
 async def chat(
     body: ChatCompletionRequest,
-    rollout: OpenRolloutDep,
-    gateway: GatewayDep,
+    on: RolloutRequestDep,
 ) -> Response:
+    rollout, gateway = on.rollout, on.gateway
     service, settings, tokenizer = gateway.service, gateway.settings, gateway.tokenizer
     async with service.limiter.slot():
         call = await validated_call(body, tokenizer, settings)
@@ -62,9 +62,9 @@ async def chat(
 @router.post("/completions")
 async def completions(
     body: CompletionRequest,
-    rollout: OpenRolloutDep,
-    gateway: GatewayDep,
+    on: RolloutRequestDep,
 ) -> Response:
+    rollout, gateway = on.rollout, on.gateway
     service, settings, tokenizer = gateway.service, gateway.settings, gateway.tokenizer
     async with service.limiter.slot():
         call = await validated_call(body, tokenizer, settings)
