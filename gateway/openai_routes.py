@@ -14,8 +14,10 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 
 from gateway import responses
 from gateway.chat_tokenizer import ChatTokenizer
-from gateway.deps import GatewayDep, RolloutRequestDep, require_any_key
+from gateway.deps import GatewayDep, RolloutRequest, RolloutRequestDep, require_any_key
 from gateway.protocol import ChatCompletionRequest, CompletionRequest, validated_call
+from gateway.recorder import CallInput
+from gateway.service import AnsweredCall
 
 ROLLOUT_PREFIX = "/rollouts/{rollout_id}"
 
@@ -35,16 +37,20 @@ def _token_text(tokenizer: ChatTokenizer) -> responses.TokenText:
     return lambda token: tokenizer.decode([token])
 
 
+async def _answered(
+    body: ChatCompletionRequest | CompletionRequest, on: RolloutRequest
+) -> tuple[CallInput, AnsweredCall]:
+    """Validated, generated and recorded, in one of the bounded slots (429 beyond them)."""
+    gateway = on.gateway
+    async with gateway.service.limiter.slot():
+        call = await validated_call(body, gateway.tokenizer, gateway.settings)
+        return call, await gateway.service.call(on.rollout, call)
+
+
 @router.post("/chat/completions")
-async def chat(
-    body: ChatCompletionRequest,
-    on: RolloutRequestDep,
-) -> Response:
-    rollout, gateway = on.rollout, on.gateway
-    service, settings, tokenizer = gateway.service, gateway.settings, gateway.tokenizer
-    async with service.limiter.slot():
-        call = await validated_call(body, tokenizer, settings)
-        recorded = await service.call(rollout, call)
+async def chat(body: ChatCompletionRequest, on: RolloutRequestDep) -> Response:
+    call, recorded = await _answered(body, on)
+    settings, tokenizer = on.gateway.settings, on.gateway.tokenizer
     generations, token_text = recorded.generations, _token_text(tokenizer)
     answers = [
         (*responses.assistant_message(parsed, g.finish_reason),
@@ -60,15 +66,9 @@ async def chat(
 
 
 @router.post("/completions")
-async def completions(
-    body: CompletionRequest,
-    on: RolloutRequestDep,
-) -> Response:
-    rollout, gateway = on.rollout, on.gateway
-    service, settings, tokenizer = gateway.service, gateway.settings, gateway.tokenizer
-    async with service.limiter.slot():
-        call = await validated_call(body, tokenizer, settings)
-        recorded = await service.call(rollout, call)
+async def completions(body: CompletionRequest, on: RolloutRequestDep) -> Response:
+    call, recorded = await _answered(body, on)
+    settings, tokenizer = on.gateway.settings, on.gateway.tokenizer
     call_id, generations = recorded.call_id, recorded.generations
     token_text = _token_text(tokenizer)
     choices = [(g, responses.text_logprobs(g, body.top_k, token_text)) for g in generations]
