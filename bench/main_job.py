@@ -11,6 +11,10 @@ with the same seed:
   vllm`; scripts/setup_vllm.sh builds its environment);
 - `--truncation both`: the pipeline file as it is (off unless it enables it), then with early
   truncation on for every domain (`--negative-steps` in a row, `gateway.truncation`);
+- `--ordering fifo window adaptive greedy`: the gateway's admission on (S = `--staleness`, P =
+  the trainer's batch size) and the queue ordered by FIFO, the windowed FIFO at W = 0.3·(S+1)·P,
+  the adaptive window capped at 0.5·(S+1)·P, or greedy dropping what is more than S versions
+  behind; samples/s and staleness at consumption are printed beside rollouts/s;
 - `--against COMMIT`: the same config path run from a git worktree of COMMIT (same Python
   environment) before each of this tree's variants: today's main job beside an older one's.
 With two or more variants a side-by-side table follows. `--plot FILE` draws every variant's
@@ -20,7 +24,8 @@ Beside the task reward (truncated rollouts have none), the solved share of the f
 
     python bench/main_job.py [--runs 3] [--config examples/quickstart.yaml] [--duration S]
                              [--engine embedded|vllm|both] [--truncation off|on|both]
-                             [--negative-steps 3] [--against COMMIT] [--plot FILE]
+                             [--negative-steps 3] [--ordering fifo window adaptive greedy]
+                             [--staleness 3] [--against COMMIT] [--plot FILE]
 """
 
 from __future__ import annotations
@@ -48,6 +53,7 @@ from infra.machine import machine_line
 ROOT = Path(__file__).resolve().parents[1]
 ENGINES = {"embedded": ["embedded"], "vllm": ["vllm"], "both": ["embedded", "vllm"]}
 TRUNCATION = {"off": [False], "on": [True], "both": [False, True]}
+ORDERINGS = ("fifo", "window", "adaptive", "greedy")
 
 
 @dataclass(frozen=True)
@@ -55,11 +61,13 @@ class Variant:
     engine: str
     truncation: bool
     commit: str | None = None  # run from a worktree of this commit; None: this tree
+    ordering: str | None = None  # one of ORDERINGS; None: the pipeline file's window
 
     @property
     def label(self) -> str:
         tree = f"{self.commit[:7]}: " if self.commit else ""
-        return f"{tree}{self.engine}{', truncation' if self.truncation else ''}"
+        ordering = f", {self.ordering}" if self.ordering else ""
+        return f"{tree}{self.engine}{', truncation' if self.truncation else ''}{ordering}"
 
 
 def worktree(commit: str) -> Path:
@@ -82,6 +90,49 @@ def truncating_pipeline(config: Path, negative_steps: int, out_dir: Path) -> Pat
     path = out_dir / "pipeline-truncation.yaml"
     path.write_text(yaml.safe_dump(pipeline))
     return path
+
+
+def ordering_env(config: Path, ordering: str, staleness: int, out_dir: Path) -> dict[str, str]:
+    """The environment that runs ``config`` with admission on and the queue ordered so."""
+    run_config = yaml.safe_load(config.read_text()) or {}
+    streams = run_config.get("streams", {})
+    source = config.parent / streams["pipeline_file"] if streams.get("pipeline_file") else None
+    pipeline = (yaml.safe_load(source.read_text()) if source else None) or {}
+    per_step = int(run_config["trainer"]["batch_size"])
+    buffer = (staleness + 1) * per_step
+    pipeline.pop("adaptive_window", None)
+    pipeline.pop("max_staleness", None)
+    if ordering == "fifo":
+        pipeline["window"] = 1
+    elif ordering == "window":
+        pipeline["window"] = max(1, int(0.3 * buffer))
+    elif ordering == "adaptive":
+        pipeline["window"] = max(1, int(0.5 * buffer))
+        pipeline["adaptive_window"] = {"samples_per_step": per_step}
+    else:
+        pipeline["window"], pipeline["max_staleness"] = None, staleness
+    path = out_dir / f"pipeline-{ordering}.yaml"
+    path.write_text(yaml.safe_dump(pipeline))
+    return {"FORGE_STREAMS_PIPELINE_FILE": str(path),
+            "FORGE_GATEWAY_ADMISSION_STALENESS_STEPS": str(staleness),
+            "FORGE_GATEWAY_ADMISSION_SAMPLES_PER_STEP": str(per_step)}  # fmt: skip
+
+
+def staleness_at_consumption(summary: dict) -> tuple[float, int]:
+    """Mean and max policy versions between a trained rollout's policy and its consumption."""
+    report = summary["reports"].get("staleness")
+    if report is None:
+        return float("nan"), -1
+    rows = [(int(v), int(n)) for v, n in report["rows"] if v is not None and int(v) >= 0]
+    total = sum(n for _, n in rows)
+    if not total:
+        return float("nan"), -1
+    return sum(v * n for v, n in rows) / total, max(v for v, _ in rows)
+
+
+def samples_per_s(summary: dict, config: Path) -> float:
+    per_step = int((yaml.safe_load(config.read_text()) or {})["trainer"]["batch_size"])
+    return float(summary["pipeline"]["steps"] * per_step / summary["agent_seconds"])
 
 
 SERVICES = ("trainer", "gateway", "streams")
@@ -155,6 +206,7 @@ def one_run(
     variant: Variant,
     pipeline: Path | None,
     tree: Path = ROOT,
+    ordering_vars: dict[str, str] | None = None,
 ) -> tuple[dict, float]:
     home = Path(tempfile.mkdtemp(prefix="forge-bench-run-"))
     env = {**os.environ, "FORGE_HOME": str(home), "FORGE_KAFKA_PORT": "0",
@@ -164,6 +216,7 @@ def one_run(
     config = tree / config.resolve().relative_to(ROOT)
     if variant.truncation and pipeline is not None:
         env["FORGE_STREAMS_PIPELINE_FILE"] = str(pipeline)  # the gateway reads it there too
+    env.update(ordering_vars or {})
     cmd = [sys.executable, "-m", "forge_rl.cli", "--config", str(config), "run", "--fresh",
            "--engine", variant.engine]  # fmt: skip
     if duration is not None:
@@ -311,21 +364,32 @@ def main() -> None:
                         help="early truncation; both: each run without, then with")  # fmt: skip
     parser.add_argument("--negative-steps", type=int, default=3,
                         help="truncate after this many negative steps in a row")  # fmt: skip
+    parser.add_argument("--ordering", nargs="+", choices=ORDERINGS,
+                        help="each run once per queue ordering, admission on")  # fmt: skip
+    parser.add_argument("--staleness", type=int, default=3, help="S for --ordering")
     parser.add_argument("--against", metavar="COMMIT",
                         help="also run the config from a worktree of this commit")  # fmt: skip
     parser.add_argument("--plot", type=Path, help="write the reward curves here (PNG)")
     args = parser.parse_args()
     print(machine_line(), flush=True)
     console = Console(width=180)
-    variants = [Variant(e, t) for e in ENGINES[args.engine] for t in TRUNCATION[args.truncation]]
+    orderings: list[str | None] = list(args.ordering or [None])
+    variants = [Variant(e, t, ordering=o) for e in ENGINES[args.engine]
+                for t in TRUNCATION[args.truncation] for o in orderings]  # fmt: skip
+    if args.ordering and (args.truncation != "off" or args.against):
+        parser.error("--ordering runs alone (no --truncation, no --against)")
+    out_dir = Path(tempfile.mkdtemp(prefix="forge-bench-pipeline-"))
+    ordering_vars = {
+        o: ordering_env(args.config.resolve(), o, args.staleness, out_dir)
+        for o in args.ordering or []
+    }
     trees: dict[str | None, Path] = {None: ROOT}
     if args.against:
         variants = [Variant(e, False, args.against) for e in ENGINES[args.engine]] + variants
         trees[args.against] = worktree(args.against)
     pipeline = None
     if any(v.truncation for v in variants):
-        out = Path(tempfile.mkdtemp(prefix="forge-bench-pipeline-"))
-        pipeline = truncating_pipeline(args.config.resolve(), args.negative_steps, out)
+        pipeline = truncating_pipeline(args.config.resolve(), args.negative_steps, out_dir)
     table = Table("run", "variant", "wall s", "rollouts", "rollouts/s", "engine s", "steps",
                   "truncated", "part", "reward (all)", "first 20%", "last 20%", "gain")  # fmt: skip
     summaries: dict[Variant, list[dict]] = {v: [] for v in variants}
@@ -333,7 +397,8 @@ def main() -> None:
         for variant in variants:
             with console.status(f"run {i + 1} of {args.runs}, {variant.label}…"):
                 summary, wall = one_run(args.config, args.duration, i, variant, pipeline,
-                                        trees[variant.commit])  # fmt: skip
+                                        trees[variant.commit],
+                                        ordering_vars.get(variant.ordering or ""))  # fmt: skip
             summaries[variant].append(summary)
             for k, (part, learning) in enumerate(parts_of(summary).items()):
                 head = (
@@ -368,6 +433,19 @@ def main() -> None:
     console.print(cpu)
     if len(summaries) > 1:
         side_by_side(console, summaries)
+    if args.ordering:
+        flow = Table("variant", "rollouts/s", "samples/s", "staleness mean", "staleness max",
+                     title="orderings: mean ± spread over runs")  # fmt: skip
+        for variant, runs in summaries.items():
+            speed = [rollouts_per_s(s) for s in runs]
+            samples = [samples_per_s(s, args.config) for s in runs]
+            stale = [staleness_at_consumption(s) for s in runs]
+            means = [m for m, _ in stale]
+            flow.add_row(variant.label, f"{statistics.fmean(speed):.2f} ± {spread(speed):.2f}",
+                         f"{statistics.fmean(samples):.2f} ± {spread(samples):.2f}",
+                         f"{statistics.fmean(means):.2f} ± {spread(means):.2f}",
+                         str(max(m for _, m in stale)))  # fmt: skip
+        console.print(flow)
     if args.plot is not None:
         plot(args.plot, summaries)
         console.print(f"reward curves: {args.plot}")

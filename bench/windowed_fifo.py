@@ -1,135 +1,142 @@
-"""Windowed FIFO vs FIFO vs greedy: a discrete-event simulation of Forge's generation queue.
+"""Windowed FIFO against FIFO and greedy at the same staleness bound S: a discrete-event
+simulation driven by the project's admission, sequencer and adaptive-window code
+(bench/fifolib/fifo_simulation.py says what is modelled).
 
-N slots generate continuously. With --free-on consume (default) a slot is freed when its item
-is consumed (emitted or dropped), so completed items waiting behind a slow head hold their
-slot (bounded memory) — that is what makes strict FIFO slow; with --free-on complete a slot
-frees when its item completes and finished items wait in an unbounded buffer. Durations are
-heavy-tailed (lognormal or Pareto); the trainer takes a step
-(one policy version) every --batch consumed items. Items older than --timeout x the median
-duration are resolved as dropped. Reported per W, over the same horizon and seed:
-throughput relative to greedy, length bias (mean duration consumed / population mean) and
-staleness (policy versions between an item's start and its consumption).
+Per scale (N engine slots, S = 3 and P = N/(S+1) samples a step, so the active buffer
+(S+1)·P = N),
+per duration law (lognormal sigma=1, Pareto alpha=1.5, bimodal: one in ten twenty times longer) and
+per trainer pace (step time over the time the engine takes to generate P; < 1: the trainer is
+faster than generation), each ordering runs for the same number of trainer steps:
+FIFO (W=1), windowed W = f·B for f in 0.1, 0.3, 0.5, the adaptive window capped at 0.5·B,
+f=0.3 with admission freeing room only at the trainer's head (as before issue 40), and greedy
+(W=∞, the same admission) whose trainer drops what is more than S versions behind.
+Printed per run: trainer utilisation, samples trained per mean duration, mean wait for a train
+batch, staleness mean and max (at the step that trains it), length bias (mean duration trained
+/ mean duration started) and completed work dropped; `--plot` draws utilisation and length
+bias against pace.
 
-    python bench/windowed_fifo.py [--inflight 256] [--horizon 200]
+    python bench/windowed_fifo.py [--scale small forge] [--pace 0.5 1 2 4 8] [--steps 40]
+                                  [--plot bench/windowed_fifo.png]
 """
 
 from __future__ import annotations
 
 import argparse
-import heapq
-import statistics
 import sys
+import time
 from pathlib import Path
 
-import numpy as np
 from rich.console import Console
 from rich.table import Table
 
+HERE = Path(__file__).resolve().parent
 # bench/streams.py shares its name with the `streams` package: keep bench/ off the import path.
-sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).parent.resolve()]
+sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != HERE]
+sys.path.append(str(HERE / "fifolib"))
+
+from fifo_simulation import Ordering, Outcome, Scenario, simulate  # noqa: E402
 
 from infra.machine import machine_line  # noqa: E402
-from streams.windowed_fifo import Dropped, Emitted, WindowedFifo  # noqa: E402
+
+SCALES = {"small": 256, "forge": 8192}
+LAWS = ("lognormal", "pareto", "bimodal")
 
 
-def durations(kind: str, rng: np.random.Generator, n: int) -> np.ndarray:
-    if kind == "lognormal":
-        return rng.lognormal(mean=0.0, sigma=1.0, size=n)
-    return (rng.pareto(1.5, size=n) + 1.0) * 0.4  # Pareto(alpha=1.5), median ~0.63
+def orderings(buffer: int, staleness: int) -> list[Ordering]:
+    return [
+        Ordering("FIFO", 1),
+        *(Ordering(f"f={f}", max(1, int(f * buffer))) for f in (0.1, 0.3, 0.5)),
+        Ordering("adaptive", max(1, int(0.5 * buffer)), adaptive=True),
+        Ordering("f=0.3 head only", max(1, int(0.3 * buffer)), head_only=True),
+        Ordering("greedy+drop", None, max_staleness=staleness),
+    ]
 
 
-def simulate(kind: str, window: int | None, inflight: int, horizon: float, batch: int,
-             timeout: float, seed: int, free_on: str) -> dict[str, float]:  # fmt: skip
-    rng = np.random.default_rng(seed)
-    pool = durations(kind, rng, 2_000_000)
-    fifo: WindowedFifo[float] = WindowedFifo(window, timeout_s=timeout)
-    events: list[tuple[float, int, int]] = []  # (time, kind 0=complete 1=timeout, index)
-    started: dict[int, tuple[float, int]] = {}
-    next_index, version, consumed_since_step = 0, 0, 0
-    consumed_durations: list[float] = []
-    population: list[float] = []
-    staleness: list[int] = []
+def run_all(args: argparse.Namespace) -> dict[tuple[str, str, float, str], Outcome]:
+    results = {}
+    console = Console(width=200)
+    for scale in args.scale:
+        n = SCALES[scale]
+        for law in LAWS:
+            for pace in args.pace:
+                s = args.staleness
+                p = n // (s + 1)
+                scenario = Scenario(law, n, p, s, pace, reload_lag=args.reload_lag,
+                                    steps=args.steps, seed=args.seed)  # fmt: skip
+                table = Table("ordering", "utilisation", "vs greedy", "samples/t", "batch wait",
+                              "stale mean", "stale max", "length bias", "vs greedy",
+                              "dropped", "timed out", "mean W", "run s",
+                              title=f"{scale} N={n} P={p} S={s}, {law}, pace {pace}")  # fmt: skip
+                rows = {}
+                for ordering in orderings(scenario.active_buffer, s):
+                    began = time.perf_counter()
+                    rows[ordering.label] = (
+                        simulate(scenario, ordering),
+                        time.perf_counter() - began,
+                    )
+                greedy = rows["greedy+drop"][0]
+                for label, (r, took) in rows.items():
+                    results[(scale, law, pace, label)] = r
+                    table.add_row(
+                        label, f"{r.utilisation:.3f}", f"{r.utilisation / greedy.utilisation:.2f}",
+                        f"{r.samples_per_time:.1f}", f"{r.batch_wait:.3f}",
+                        f"{r.staleness_mean:.2f}", str(r.staleness_max), f"{r.length_bias:.3f}",
+                        f"{(1 - r.length_bias) / max(1e-9, 1 - greedy.length_bias):.2f}",
+                        f"{r.dropped_stale}/{r.completed}", str(r.timed_out),
+                        f"{r.mean_window:.0f}", f"{took:.1f}",
+                    )  # fmt: skip
+                console.print(table)
+    return results
 
-    def start(now: float) -> None:
-        nonlocal next_index
-        d = float(pool[next_index])
-        fifo.enqueue(next_index, now)
-        started[next_index] = (d, version)
-        population.append(d)
-        heapq.heappush(events, (now + d, 0, next_index))
-        heapq.heappush(events, (now + timeout + 1e-9, 1, next_index))
-        next_index += 1
 
-    for _ in range(inflight):
-        start(0.0)
-    while events and events[0][0] <= horizon:
-        now, kind_, index = heapq.heappop(events)
-        if kind_ == 0:
-            duration, start_version = started[index]
-            fifo.complete(index, duration, start_version)
-            if free_on == "complete":
-                start(now)
-        for out in fifo.poll(now, version):
-            if isinstance(out, Emitted):
-                consumed_durations.append(out.item)
-                staleness.append(out.staleness)
-                consumed_since_step += 1
-                if consumed_since_step == batch:
-                    version, consumed_since_step = version + 1, 0
-            else:
-                assert isinstance(out, Dropped)
-            if free_on == "consume" or isinstance(out, Dropped):
-                start(now)
-    return {
-        "throughput": len(consumed_durations) / horizon,
-        "bias": statistics.fmean(consumed_durations) / statistics.fmean(population),
-        "stale_mean": statistics.fmean(staleness) if staleness else 0.0,
-        "stale_max": max(staleness, default=0),
-        "dropped": fifo.stats.dropped_timeout,
-        "consumed": len(consumed_durations),
-    }
+def plot(results: dict[tuple[str, str, float, str], Outcome], args: argparse.Namespace) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from matplotlib import pyplot as plt
+
+    labels = [o.label for o in orderings(4, 0)]
+    fig, axes = plt.subplots(2 * len(args.scale), len(LAWS), figsize=(15, 6.5 * len(args.scale)),
+                             squeeze=False)  # fmt: skip
+    for row, scale in enumerate(args.scale):
+        for col, law in enumerate(LAWS):
+            top, bottom = axes[2 * row][col], axes[2 * row + 1][col]
+            for label in labels:
+                points = [results[(scale, law, p, label)] for p in args.pace]
+                style = "--" if label == "greedy+drop" else "-"
+                top.plot(args.pace, [r.utilisation for r in points], style, marker="o", label=label)
+                bottom.plot(args.pace, [1 - r.length_bias for r in points], style, marker="o",
+                            label=label)  # fmt: skip
+            top.set_title(f"{scale} (N={SCALES[scale]}), {law}")
+            top.set_ylabel("trainer utilisation")
+            bottom.set_ylabel("length bias: 1 - trained/started mean duration")
+            for ax in (top, bottom):
+                ax.set_xscale("log", base=2)
+                ax.set_xlabel("trainer pace (step time / generation time of P)")
+                ax.grid(alpha=0.3)
+    axes[0][0].legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(args.plot, dpi=90)
+    print(f"plot: {args.plot}")
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--inflight", type=int, default=256, help="N: items generating at once")
-    parser.add_argument("--horizon", type=float, default=200.0, help="simulated time units")
-    parser.add_argument("--batch", type=int, default=64, help="consumed items per policy version")
-    parser.add_argument("--timeout", type=float, default=20.0, help="x median duration")
+    parser.add_argument("--scale", nargs="+", choices=list(SCALES), default=list(SCALES))
+    parser.add_argument("--pace", nargs="+", type=float, default=[0.5, 1.0, 2.0, 4.0, 8.0])
+    parser.add_argument("--steps", type=int, default=40, help="trainer steps a run")
+    parser.add_argument("--staleness", type=int, default=3,
+                        help="S; P = N/(S+1), so the active buffer (S+1)·P is N")  # fmt: skip
+    parser.add_argument("--reload-lag", type=float, default=0.05, help="in mean durations")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument(
-        "--free-on", choices=["consume", "complete"], default="consume",
-        help="when a generation slot frees: once its item is consumed (completed items waiting "
-        "behind the head hold memory and a slot) or as soon as it completes (unbounded buffer)",
-    )  # fmt: skip
+    parser.add_argument("--plot", type=Path, default=None, help="PNG of utilisation and bias")
     args = parser.parse_args()
     print(machine_line(), flush=True)
-    n = args.inflight
-    windows: list[tuple[str, int | None]] = [
-        ("1 (FIFO)", 1), ("0.1N", max(1, n // 10)), ("0.3N", int(0.3 * n)), ("0.5N", n // 2),
-        ("inf (greedy)", None),
-    ]  # fmt: skip
-    console = Console(width=160)
-    for kind in ("lognormal", "pareto"):
-        median = float(np.median(durations(kind, np.random.default_rng(1), 100_000)))
-        rows = {
-            label: simulate(
-                kind, w, n, args.horizon, args.batch, args.timeout * median, args.seed, args.free_on
-            )
-            for label, w in windows
-        }
-        greedy = rows["inf (greedy)"]["throughput"]
-        title = f"{kind} durations, N={n}, slots free on {args.free_on}"
-        table = Table("W", "consumed", "throughput vs greedy", "length bias", "staleness mean",
-                      "staleness max", "timed out", title=title)  # fmt: skip
-        for label, r in rows.items():
-            table.add_row(
-                label, str(r["consumed"]), f"{r['throughput'] / greedy:.3f}", f"{r['bias']:.3f}",
-                f"{r['stale_mean']:.2f}", str(r["stale_max"]), str(r["dropped"]),
-            )  # fmt: skip
-        console.print(table)
+    results = run_all(args)
+    if args.plot is not None:
+        plot(results, args)
 
 
 if __name__ == "__main__":

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import sys
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from schemas.pipeline_file import DEFAULT_DOMAIN
@@ -53,15 +53,21 @@ class ActiveBuffer:
     """The policy version the engine serves (the fleet's lowest)."""
     head: int = 0
     """The trainer's queue head: every index below it is consumed (trained or passed over)."""
-    _pending: list[tuple[int, int]] = field(default_factory=list)
-    """(version, head) the trainer reported that the engine does not serve yet."""
+    _pending: list[tuple[int, int, tuple[str, ...]]] = field(default_factory=list)
+    """(version, head, trained) the trainer reported that the engine does not serve yet."""
     _queued: dict[int, str] = field(default_factory=dict)
+    _index_of: dict[str, int] = field(default_factory=dict)
+    """Queue index by rollout id, for the queued: what the trainer trained is named by id."""
+    _rollout_at: dict[int, str] = field(default_factory=dict)
     _groups: dict[str, _Group] = field(default_factory=dict)
+    _held: int = 0
+    """The sum of every group's ``held``, kept as groups change: a sum per admission would cost
+    O(groups) each start, at thousands of rollouts in flight."""
 
     @property
     def active(self) -> int:
         """Rollouts queued and not consumed, plus the room reserved for admitted groups."""
-        return sum(g.held for g in self._groups.values())
+        return self._held
 
     def holds(self, group_id: str) -> bool:
         """The group is admitted: its next member gets in whatever the buffer holds."""
@@ -83,44 +89,68 @@ class ActiveBuffer:
             if self.limit is not None and self.active + group_size > self.limit:
                 return False
             group = self._groups[group_id] = _Group(group_size, domain)
-        group.starting += 1
+            self._held += group.held
+        self._change(group, starting=1)
         return True
 
-    def started(self, index: int, group_id: str) -> None:
+    def started(self, index: int, group_id: str, rollout_id: str | None = None) -> None:
         """A start admitted here is stored, queued at ``index``."""
         group = self._groups[group_id]
-        group.starting -= 1
-        self.queued(index, group_id, group.size, group.domain)
+        self._change(group, starting=-1)
+        self.queued(index, group_id, group.size, group.domain, rollout_id)
         self._forget_if_done(group_id)
 
     def release(self, group_id: str) -> None:
         """A start admitted here failed: its reservation ends."""
-        self._groups[group_id].starting -= 1
+        self._change(self._groups[group_id], starting=-1)
         self._forget_if_done(group_id)
 
     def queued(
-        self, index: int, group_id: str, group_size: int, domain: str = DEFAULT_DOMAIN
+        self,
+        index: int,
+        group_id: str,
+        group_size: int,
+        domain: str = DEFAULT_DOMAIN,
+        rollout_id: str | None = None,
     ) -> None:
         """A rollout queued at ``index``, read back from the log (after a restart, another
-        replica's, or this gateway's own: each index counts once)."""
+        replica's, or this gateway's own: each index counts once). Without ``rollout_id`` it
+        is freed only when the head passes it."""
         if index >= self.head and index not in self._queued:
             self._queued[index] = group_id
-            self._groups.setdefault(group_id, _Group(group_size, domain)).queued += 1
+            if rollout_id is not None:
+                self._index_of[rollout_id] = index
+                self._rollout_at[index] = rollout_id
+            group = self._groups.get(group_id)
+            if group is None:
+                group = self._groups[group_id] = _Group(group_size, domain)
+                self._held += group.held
+            self._change(group, queued=1)
 
-    def consumed_to(self, head: int, version: int = 0) -> None:
-        """The trainer has consumed the queue below ``head``, its step making policy
-        ``version``; applied once the engine serves ``version``."""
-        self._pending.append((version, head))
+    def consumed_to(self, head: int, version: int = 0, trained: Iterable[str] = ()) -> None:
+        """The trainer has consumed the queue below ``head`` and the rollouts ``trained`` (by
+        id; past the head, the window let them overtake a slow one), its step making policy
+        ``version``; applied once the engine serves ``version``.
+
+        Freeing what was trained past the head keeps the bound: a rollout admitted with B-1
+        others untrained still has at most B-1 trained before it and W-1 after it."""
+        self._pending.append((version, head, tuple(trained)))
         self._apply_served()
 
     def _apply_served(self) -> None:
         if not self._pending:
             return
         served = self.served_version()
-        ready = [head for version, head in self._pending if version <= served]
-        self._pending = [(v, h) for v, h in self._pending if v > served]
-        if ready:
-            self._advance(max(ready))
+        ready = [p for p in self._pending if p[0] <= served]
+        if not ready:
+            return
+        self._pending = [p for p in self._pending if p[0] > served]
+        self._advance(max(head for _, head, _ in ready))
+        for _, _, trained in ready:
+            for rollout_id in trained:
+                index = self._index_of.get(rollout_id)
+                if index is not None:
+                    self._consume(index)
 
     def _advance(self, head: int) -> None:
         """The head never moves back."""
@@ -128,13 +158,26 @@ class ActiveBuffer:
             return
         self.head = head
         for index in [i for i in self._queued if i < head]:
-            group_id = self._queued.pop(index)
-            group = self._groups[group_id]
-            group.queued -= 1
-            group.consumed += 1
+            self._consume(index)
+
+    def _consume(self, index: int) -> None:
+        group_id = self._queued.pop(index, None)
+        if group_id is not None:
+            rollout_id = self._rollout_at.pop(index, None)
+            if rollout_id is not None:
+                del self._index_of[rollout_id]
+            self._change(self._groups[group_id], queued=-1, consumed=1)
             self._forget_if_done(group_id)
 
     def _forget_if_done(self, group_id: str) -> None:
         group = self._groups[group_id]
         if group.starting <= 0 and group.queued <= 0:
+            self._held -= group.held
             del self._groups[group_id]
+
+    def _change(self, group: _Group, starting: int = 0, queued: int = 0, consumed: int = 0) -> None:
+        self._held -= group.held
+        group.starting += starting
+        group.queued += queued
+        group.consumed += consumed
+        self._held += group.held

@@ -162,7 +162,7 @@ class RolloutService:
         finally:
             if not stored:  # any failure, cancellation included: the room is not kept
                 self.admission.release(rollout.group_id)
-        self.admission.started(started.queue_index, rollout.group_id)
+        self.admission.started(started.queue_index, rollout.group_id, rollout.rollout_id)
         return rollout, api_key
 
     def _mix_check(self, domain: str, group_id: str | None, size: int) -> None:
@@ -190,9 +190,9 @@ class RolloutService:
         return {"domain": self.mix.next_domain(held), "domains": standing}
 
     def on_train_step(self, step: TrainStep) -> None:
-        """A TrainStep from forge.metrics: the trainer's queue head frees room, its samples per
-        domain steer the mix."""
-        self.admission.consumed_to(step.queue_head, step.policy_version)
+        """A TrainStep from forge.metrics: the trainer's queue head and the samples it trained
+        (past the head too) free room, its samples per domain steer the mix."""
+        self.admission.consumed_to(step.queue_head, step.policy_version, step.sample_ids)
         self.mix.record_step(step.step, step.domain_samples)
 
     def _room_for(self, rollout: Rollout, signals: Sequence[ProcessSignal]) -> None:
@@ -251,7 +251,11 @@ class RolloutService:
         payload = envelope.payload
         if isinstance(payload, RolloutStarted) and payload.queue_index >= 0:
             self.admission.queued(
-                payload.queue_index, payload.group_id, payload.group_size, payload.domain
+                payload.queue_index,
+                payload.group_id,
+                payload.group_size,
+                payload.domain,
+                envelope.rollout_id,
             )
 
     async def abort_unresumable(self) -> None:

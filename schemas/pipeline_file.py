@@ -91,6 +91,16 @@ class Truncation(_Strict):
     )
 
 
+class AdaptiveWindow(_Strict):
+    """The window set from observed completion times and the trainer's pace, up to ``window``
+    (so the staleness bound S + ceil((window-1)/P) still holds): streams/adaptive_window.py."""
+
+    samples_per_step: int = Field(ge=1, description="P: samples the trainer takes a step.")
+    quantile: float = Field(
+        default=0.9, gt=0.5, lt=1, description="How slow a head the window covers."
+    )
+
+
 class DomainEntry(_Strict):
     share: float | None = Field(default=None, gt=0, le=1)
     group_size: int | None = Field(default=None, ge=1, le=1024)
@@ -118,6 +128,9 @@ class PipelineFile(_Strict):
     tool_rewards: ToolRewards = Field(default_factory=ToolRewards)
     truncation: Truncation = Field(default_factory=Truncation)
     window: int | None = Field(default=64, ge=1)
+    adaptive_window: AdaptiveWindow | None = Field(
+        default=None, description="Off by default: `window` is then fixed."
+    )
     item_timeout_s: float | None = Field(default=900.0, gt=0)
     group_timeout_s: float = Field(default=900.0, gt=0)
     max_staleness: int | None = Field(default=None, ge=0)
@@ -141,6 +154,14 @@ class PipelineFile(_Strict):
         if given and not math.isclose(sum(given), 1.0, abs_tol=1e-6):
             raise ValueError(f"domain shares must add up to 1 (they add up to {sum(given):g})")
         return domains
+
+    @model_validator(mode="after")
+    def _adaptive_needs_a_cap(self) -> PipelineFile:
+        if self.adaptive_window is not None and self.window is None:
+            raise ValueError(
+                "adaptive_window needs a window to stay within (window: null is greedy)"
+            )
+        return self
 
     @model_validator(mode="after")
     def _items_outlast_groups(self) -> PipelineFile:

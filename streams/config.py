@@ -23,6 +23,7 @@ def load_pipeline_config(path: Path | None) -> PipelineConfig:
         rewards=parsed.rewards,
         tool_rewards=parsed.tool_rewards,
         window=parsed.window,
+        adaptive_window=parsed.adaptive_window,
         item_timeout_s=parsed.item_timeout_s,
         group_timeout_s=parsed.group_timeout_s,
         max_staleness=parsed.max_staleness,

@@ -191,13 +191,7 @@ async def _sequence(
             emitted_indices, bootstrap, settings.train_topic, rows_out
         )
         log.info("sequencer term: forge.train holds %d samples", len(emitted))
-        sequencer = EventTimeSequencer(
-            config.window,
-            config.item_timeout_s,
-            config.max_staleness,
-            consumed=emitted,
-            drop_uniform_groups=config.drop_uniform_groups,
-        )
+        sequencer = config.sequencer(consumed=emitted)
         await consumer.start()
         claims_topic = scored_through_topic(settings.app_id)
         topics = (settings.queue_topic, settings.trajectories_topic, settings.policy_topic,

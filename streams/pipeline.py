@@ -16,8 +16,10 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
+from schemas.pipeline_file import AdaptiveWindow as AdaptiveWindowSpec
 from schemas.pipeline_file import Domain, RewardConfig, ToolRewards, Truncation
 from schemas.records import Envelope, PolicyUpdated, QueueEntry, TrainSample, Trajectory
+from streams.adaptive_window import AdaptiveWindow
 from streams.assembler import AssembledRollout, RolloutAssembly
 from streams.bundles import oversize_events
 from streams.groups import settle_group
@@ -34,11 +36,27 @@ class PipelineConfig:
     rewards: RewardConfig = field(default_factory=RewardConfig)
     tool_rewards: ToolRewards = field(default_factory=ToolRewards)
     window: int | None = 64
+    adaptive_window: AdaptiveWindowSpec | None = None
     item_timeout_s: float | None = 900.0
     group_timeout_s: float = 900.0
     max_staleness: int | None = None
     drop_uniform_groups: bool = False
     domains: Mapping[str, Domain] = field(default_factory=dict)
+
+    def sequencer(self, consumed: frozenset[int] = frozenset()) -> EventTimeSequencer:
+        """The sequencer this file asks for (``consumed``: indices emitted before a restart)."""
+        adaptive = None
+        if self.adaptive_window is not None and self.window is not None:
+            spec = self.adaptive_window
+            adaptive = AdaptiveWindow(self.window, spec.samples_per_step, spec.quantile)
+        return EventTimeSequencer(
+            self.window,
+            self.item_timeout_s,
+            self.max_staleness,
+            consumed=consumed,
+            drop_uniform_groups=self.drop_uniform_groups,
+            adaptive=adaptive,
+        )
 
     def domain(self, name: str) -> Domain:
         found = self.domains.get(name)
@@ -115,12 +133,7 @@ def process_log(
         return PipelineResult([], [], stats)
     groups = _complete_groups(rollouts, horizon, config, stats)
     trajectories: list[Trajectory] = []
-    sequencer = EventTimeSequencer(
-        config.window,
-        config.item_timeout_s,
-        config.max_staleness,
-        drop_uniform_groups=config.drop_uniform_groups,
-    )
+    sequencer = config.sequencer()
     for completed_at, members in groups:
         scored = score_trajectories(members, config, completed_at)
         stats["rollouts_rejected"] += len(scored.rejected)  # the live worker dead-letters them

@@ -17,6 +17,7 @@ from datetime import datetime
 
 from schemas.records import PolicyUpdated, QueueEntry, TrainSample, Trajectory
 from schemas.tokens import oldest_policy
+from streams.adaptive_window import AdaptiveWindow
 from streams.windowed_fifo import Emitted, WindowedFifo
 
 POLICY, QUEUED, COMPLETED = 0, 1, 2
@@ -32,6 +33,9 @@ class EventTimeSequencer:
     drop_uniform_groups: bool = False
     """Drop a trajectory whose group's members all got the same total reward (nothing to
     learn), counted as ``dropped_no_signal`` and per domain as ``dropped_no_signal:<domain>``."""
+    adaptive: AdaptiveWindow | None = None
+    """Sets the window before each poll from the facts applied so far (``window`` is then its
+    cap): the same facts in the same order, so a replay sets the same windows."""
     stats: Counter[str] = field(default_factory=Counter)
     recorded: list[Trajectory] = field(default_factory=list)
     """Each rollout's first completion applied (not yet drained): the one the FIFO keeps, and
@@ -39,6 +43,7 @@ class EventTimeSequencer:
     twice, only its first scoring counts. Consumed indices are left out: recorded before."""
     _recorded_ids: set[str] = field(default_factory=set)
     _no_signal: set[int] = field(default_factory=set)
+    _timed: set[int] = field(default_factory=set)
     _facts: list[tuple[float, int, int, int, object]] = field(default_factory=list)
     _tiebreak: itertools.count[int] = field(default_factory=itertools.count)
     _applied_until: float = float("-inf")
@@ -82,6 +87,8 @@ class EventTimeSequencer:
             while self._facts and self._facts[0][0] == at:
                 _, kind, index, _, fact = heapq.heappop(self._facts)
                 self._apply(kind, index, fact, at)
+            if self.adaptive is not None:
+                self._fifo.window = self.adaptive.window()
             emitted = [r for r in self._fifo.poll(at, self._version) if isinstance(r, Emitted)]
             # Each sample's head: the FIFO's after this poll, but not past a sample emitted
             # later in the same poll (forge.train has it after this one).
@@ -103,15 +110,22 @@ class EventTimeSequencer:
         self.stats["dropped_no_signal"] = fifo.dropped_no_signal
         self.stats["late_completions"] = fifo.late
         self.stats["pending"] = self._fifo.pending()
+        if self.adaptive is not None:
+            self.stats["window"] = self._fifo.window or 0
         return out
 
     def _apply(self, kind: int, index: int, fact: object, at: float) -> None:
         if kind == POLICY:
             self._version = max(self._version, index)
+            if self.adaptive is not None:
+                self.adaptive.policy_published(at)
         elif kind == QUEUED:
             self._fifo.enqueue(index, at)
         else:
             assert isinstance(fact, Trajectory)
+            if self.adaptive is not None and index not in self._timed:
+                self._timed.add(index)
+                self.adaptive.completed(at - fact.started_ts.timestamp())
             if index not in self.consumed:
                 self._record(fact)
             trainable = not (self.drop_uniform_groups and fact.group_reward_spread == 0.0)

@@ -9,6 +9,8 @@ from typing import Any
 
 import httpx
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from gateway.admission import ActiveBuffer
 from gateway.errors import EventLogUnavailableError
@@ -52,6 +54,31 @@ def test_a_head_frees_room_only_once_the_engine_serves_the_policy_its_step_made(
     assert buffer.head == 4 and not buffer.admit("g2", 2)
     served[0] = 3
     assert buffer.admit("g2", 2) and buffer.head == 6
+
+
+def test_rollouts_trained_past_a_slow_head_free_their_room_once_their_policy_is_served():
+    """The window lets rollouts overtake a slow head; the trainer names them by id, and their
+    room frees without waiting for the head (the bound still holds: see ``consumed_to``)."""
+    served = [0]
+    buffer = ActiveBuffer(limit=4, served_version=lambda: served[0])
+    for index in range(4):
+        assert buffer.admit(f"g{index}", 1)
+        buffer.started(index, f"g{index}", f"r{index}")
+    buffer.consumed_to(0, version=1, trained=["r1", "r2", "unknown"])  # r0 is the slow head
+    assert buffer.active == 4 and not buffer.admit("g4", 1)
+    served[0] = 1
+    assert buffer.admit("g4", 2) and not buffer.admit("g5", 1)
+    assert buffer.head == 0 and buffer.active == 4  # r0, r3 and g4's two
+    buffer.consumed_to(4, version=1, trained=["r0", "r3"])  # the head passes: nothing twice
+    assert buffer.head == 4 and buffer.active == 2  # g4's reservation alone
+
+
+def test_rollouts_read_back_from_the_log_are_freed_by_id_too():
+    buffer = ActiveBuffer(limit=2)
+    buffer.queued(0, "g0", 1, rollout_id="r0")
+    buffer.queued(1, "g1", 1, rollout_id="r1")
+    buffer.consumed_to(0, trained=["r1"])
+    assert buffer.active == 1 and buffer.admit("g2", 1)
 
 
 def test_an_admitted_group_holds_room_for_the_members_still_to_come():
@@ -143,3 +170,28 @@ async def test_a_failed_start_releases_its_reservation(
         monkeypatch.undo()
         assert (await post_start(gw, "g1")).status_code == 200  # g0's room was given back
         assert (await post_start(gw, "g2")).status_code == 429  # and g1 holds it now
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(["admit", "fail", "replay", "consume"]),
+                          st.integers(0, 5), st.integers(1, 4)), max_size=60))  # fmt: skip
+def test_the_active_count_kept_as_groups_change_is_the_sum_over_groups(ops):
+    """``active`` is kept as groups change rather than summed per admission: after any mix of
+    starts, failed starts, entries read back and consumption it equals the sum it stands for."""
+    buffer = ActiveBuffer(limit=12)
+    index = 0
+    for op, group_number, size in ops:
+        group = f"g{group_number}"
+        if op in ("admit", "fail") and buffer.admit(group, size):
+            if op == "admit":
+                buffer.started(index, group)
+                index += 1
+            else:
+                buffer.release(group)
+        elif op == "replay":
+            buffer.queued(index, group, size)
+            index += 1
+        elif op == "consume":
+            buffer.consumed_to(buffer.head + size, version=0)
+        assert buffer.active == sum(g.held for g in buffer._groups.values())
+        assert all(g.starting >= 0 and g.queued >= 0 for g in buffer._groups.values())
