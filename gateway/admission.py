@@ -59,6 +59,8 @@ class ActiveBuffer:
     _index_of: dict[str, int] = field(default_factory=dict)
     """Queue index by rollout id, for the queued: what the trainer trained is named by id."""
     _rollout_at: dict[int, str] = field(default_factory=dict)
+    _trained_past_head: set[int] = field(default_factory=set)
+    """Indices at or past the head freed by id: a late read-back of one must not hold it again."""
     _groups: dict[str, _Group] = field(default_factory=dict)
     _held: int = 0
     """The sum of every group's ``held``, kept as groups change: a sum per admission would cost
@@ -117,6 +119,8 @@ class ActiveBuffer:
         replica's, or this gateway's own: each index counts once). Without ``rollout_id`` it
         is freed only when the head passes it."""
         if index >= self.head and index not in self._queued:
+            if index in self._trained_past_head:
+                return
             self._queued[index] = group_id
             if rollout_id is not None:
                 self._index_of[rollout_id] = index
@@ -151,6 +155,8 @@ class ActiveBuffer:
                 index = self._index_of.get(rollout_id)
                 if index is not None:
                     self._consume(index)
+                    if index >= self.head:
+                        self._trained_past_head.add(index)
 
     def _advance(self, head: int) -> None:
         """The head never moves back."""
@@ -159,6 +165,7 @@ class ActiveBuffer:
         self.head = head
         for index in [i for i in self._queued if i < head]:
             self._consume(index)
+        self._trained_past_head = {i for i in self._trained_past_head if i >= head}
 
     def _consume(self, index: int) -> None:
         group_id = self._queued.pop(index, None)

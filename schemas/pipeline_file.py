@@ -91,7 +91,7 @@ class Truncation(_Strict):
     )
 
 
-class AdaptiveWindow(_Strict):
+class AdaptiveWindowSettings(_Strict):
     """The window set from observed completion times and the trainer's pace, up to ``window``
     (so the staleness bound S + ceil((window-1)/P) still holds): streams/adaptive_window.py."""
 
@@ -128,7 +128,7 @@ class PipelineFile(_Strict):
     tool_rewards: ToolRewards = Field(default_factory=ToolRewards)
     truncation: Truncation = Field(default_factory=Truncation)
     window: int | None = Field(default=64, ge=1)
-    adaptive_window: AdaptiveWindow | None = Field(
+    adaptive_window: AdaptiveWindowSettings | None = Field(
         default=None, description="Off by default: `window` is then fixed."
     )
     item_timeout_s: float | None = Field(default=900.0, gt=0)

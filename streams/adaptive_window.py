@@ -39,7 +39,8 @@ class AdaptiveWindow:
     _intervals: deque[float] = field(init=False)
     _last_policy_at: float | None = None
     _window: int = field(init=False)
-    _stale: bool = False
+    _changed: bool = False
+    """Facts came since ``_window`` was computed."""
 
     def __post_init__(self) -> None:
         if self.cap < 1 or self.samples_per_step < 1:
@@ -53,7 +54,7 @@ class AdaptiveWindow:
     def completed(self, duration_s: float) -> None:
         """A rollout completed ``duration_s`` after it entered the queue."""
         self._durations.append(max(0.0, duration_s))
-        self._stale = True
+        self._changed = True
 
     def policy_published(self, at_s: float) -> None:
         """The trainer published a new policy at ``at_s`` (event time)."""
@@ -65,8 +66,8 @@ class AdaptiveWindow:
         )
 
     def window(self) -> int:
-        if self._stale:
-            self._stale = False
+        if self._changed:
+            self._changed = False
             self._window = self._computed()
         return self._window
 

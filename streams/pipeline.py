@@ -16,8 +16,13 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
-from schemas.pipeline_file import AdaptiveWindow as AdaptiveWindowSpec
-from schemas.pipeline_file import Domain, RewardConfig, ToolRewards, Truncation
+from schemas.pipeline_file import (
+    AdaptiveWindowSettings,
+    Domain,
+    RewardConfig,
+    ToolRewards,
+    Truncation,
+)
 from schemas.records import Envelope, PolicyUpdated, QueueEntry, TrainSample, Trajectory
 from streams.adaptive_window import AdaptiveWindow
 from streams.assembler import AssembledRollout, RolloutAssembly
@@ -36,7 +41,7 @@ class PipelineConfig:
     rewards: RewardConfig = field(default_factory=RewardConfig)
     tool_rewards: ToolRewards = field(default_factory=ToolRewards)
     window: int | None = 64
-    adaptive_window: AdaptiveWindowSpec | None = None
+    adaptive_window: AdaptiveWindowSettings | None = None
     item_timeout_s: float | None = 900.0
     group_timeout_s: float = 900.0
     max_staleness: int | None = None

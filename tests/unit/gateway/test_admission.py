@@ -81,6 +81,18 @@ def test_rollouts_read_back_from_the_log_are_freed_by_id_too():
     assert buffer.active == 1 and buffer.admit("g2", 1)
 
 
+def test_a_rollout_freed_by_id_and_read_back_late_is_not_held_again():
+    buffer = ActiveBuffer(limit=2)
+    assert buffer.admit("g0", 1) and buffer.admit("g1", 1)
+    buffer.started(0, "g0", "r0")
+    buffer.started(1, "g1", "r1")
+    buffer.consumed_to(0, trained=["r1"])
+    buffer.queued(1, "g1", 1, rollout_id="r1")  # the log's copy of r1's start, read back late
+    assert buffer.active == 1
+    buffer.consumed_to(2)
+    assert buffer.active == 0 and not buffer._trained_past_head
+
+
 def test_an_admitted_group_holds_room_for_the_members_still_to_come():
     buffer = ActiveBuffer(limit=8)
     start(buffer, "g0", 4, [0])
@@ -172,26 +184,35 @@ async def test_a_failed_start_releases_its_reservation(
         assert (await post_start(gw, "g2")).status_code == 429  # and g1 holds it now
 
 
-@settings(max_examples=200, deadline=None)
-@given(st.lists(st.tuples(st.sampled_from(["admit", "fail", "replay", "consume"]),
-                          st.integers(0, 5), st.integers(1, 4)), max_size=60))  # fmt: skip
+OPS = ["admit", "fail", "replay", "consume", "train", "reread"]
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(OPS), st.integers(0, 5), st.integers(1, 4)),
+                max_size=60))  # fmt: skip
 def test_the_active_count_kept_as_groups_change_is_the_sum_over_groups(ops):
     """``active`` is kept as groups change rather than summed per admission: after any mix of
-    starts, failed starts, entries read back and consumption it equals the sum it stands for."""
+    starts, failed starts, entries read back (again, late), consumption by head and by id it
+    equals the sum it stands for, and a rollout is never counted twice."""
     buffer = ActiveBuffer(limit=12)
     index = 0
-    for op, group_number, size in ops:
-        group = f"g{group_number}"
+    for op, number, size in ops:
+        group = f"g{number}"
         if op in ("admit", "fail") and buffer.admit(group, size):
             if op == "admit":
-                buffer.started(index, group)
+                buffer.started(index, group, f"r{index}")
                 index += 1
             else:
                 buffer.release(group)
         elif op == "replay":
-            buffer.queued(index, group, size)
+            buffer.queued(index, group, size, rollout_id=f"r{index}")
             index += 1
+        elif op == "reread" and number < index:
+            buffer.queued(number, group, size, rollout_id=f"r{number}")
         elif op == "consume":
             buffer.consumed_to(buffer.head + size, version=0)
+        elif op == "train":
+            buffer.consumed_to(buffer.head, trained=[f"r{number}", f"r{number + size}"])
         assert buffer.active == sum(g.held for g in buffer._groups.values())
         assert all(g.starting >= 0 and g.queued >= 0 for g in buffer._groups.values())
+        assert len(buffer._index_of) == len(buffer._rollout_at) <= len(buffer._queued)
