@@ -297,7 +297,8 @@ class TrainStep(Record):
     ts: datetime
     sample_ids: list[str] = field(default_factory=list)
     skipped_nonfinite: bool = False
-    """Non-finite loss or gradient norm: weights, optimizer state and version unchanged."""
+    """Not applied: a non-finite loss or gradient norm, or nothing to train (no sample's call
+    generated a token). Weights, optimizer state and version unchanged."""
     dead_lettered: int = 0
     """Records read for this step's batch that went to forge.dlq instead."""
     kl_mean: float = 0.0

@@ -167,7 +167,9 @@ def train_batch(
     """Gradients of the whole batch, then one optimizer step; whether the step was applied.
 
     A non-finite gradient norm (which a non-finite loss always brings) is refused by every
-    ZeRO stage, leaving weights and optimizer state untouched and the gradients cleared.
+    ZeRO stage, leaving weights and optimizer state untouched and the gradients cleared. A
+    batch with nothing to train (no call of any sample generated a token: agents that failed
+    before their first call) is not stepped either: no gradient exists to clip or apply.
 
     With N data-parallel ranks each computes its rows' part of the whole batch's loss (the
     parts add up to it), and DeepSpeed averages gradients over the ranks at every ZeRO stage
@@ -206,6 +208,8 @@ def train_batch(
         watch=watch,
         ranks=ranks,
     )
+    if not stats.rows:  # the same on every rank: every rank packs the whole batch
+        return stats, False
     with watch.phase("optimizer"):
         engine.set_gradient_accumulation_boundary(True)
         engine.step()

@@ -166,9 +166,12 @@ class Trainer:
     def _train(self, samples: list[TrainSample]) -> tuple[BatchStats, bool]:
         stats, applied = train_batch(self.engine, samples, self.settings, self.watch, self.ranks)
         if not applied:
+            why = (
+                "nothing to train" if not stats.rows else f"non-finite gradient (loss {stats.loss})"
+            )
             log.warning(
-                "step %d skipped: non-finite gradient (loss %s); weights untouched",
-                self.step + 1, stats.loss, extra={"policy_version": self.version},
+                "step %d skipped: %s; weights untouched", self.step + 1, why,
+                extra={"policy_version": self.version},
             )  # fmt: skip
         return stats, applied
 

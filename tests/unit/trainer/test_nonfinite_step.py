@@ -1,6 +1,7 @@
 """Through the real DeepSpeed engine, at every ZeRO stage: a batch whose loss is NaN (one call's
 advantage is NaN) is skipped with parameters and optimizer state bit-identical, and training
-continues normally after it."""
+continues normally after it; so is a batch with nothing to train (samples without calls, as
+agents that fail before their first call leave)."""
 
 from __future__ import annotations
 
@@ -45,6 +46,11 @@ for stage in [int(a) for a in sys.argv[1:]]:
     bad.trajectory.calls[1].advantage = float("nan")
     stats, applied = train_batch(engine, [train_sample(2), bad], settings)
     after = snapshot(engine, stage)
+    empty = [train_sample(6), train_sample(7)]
+    for sample in empty:
+        sample.trajectory.calls = []
+    _, applied_empty = train_batch(engine, empty, settings)
+    untouched_by_empty = same(after, snapshot(engine, stage))
     nxt, applied_next = train_batch(engine, [train_sample(4), train_sample(5)], settings)
     moved = not same(after, snapshot(engine, stage))
     finite = all(bool(torch.isfinite(t).all()) for t in snapshot(engine, stage)[0])
@@ -53,6 +59,7 @@ for stage in [int(a) for a in sys.argv[1:]]:
         "applied": applied, "identical": same(before, after), "has_state": bool(before[1]),
         "next_applied": applied_next, "next_finite_loss": math.isfinite(nxt.loss),
         "moved_after": moved, "weights_finite": finite,
+        "empty_applied": applied_empty, "empty_identical": untouched_by_empty,
     }
 print("RESULTS" + json.dumps(results))
 from trainer.distributed import end_process_group
@@ -81,6 +88,12 @@ def test_a_nan_loss_skips_the_step_with_weights_and_optimizer_state_untouched(re
     assert r["nan_loss"]
     assert not r["applied"]
     assert r["identical"]
+
+
+@pytest.mark.parametrize("stage", STAGES)
+def test_a_batch_with_nothing_to_train_is_not_stepped(results, stage):
+    r = results[str(stage)]
+    assert not r["empty_applied"] and r["empty_identical"]
 
 
 @pytest.mark.parametrize("stage", STAGES)
