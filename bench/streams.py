@@ -124,7 +124,7 @@ def produce(bootstrap: str, topics: dict[str, str], first: int, count: int, *,
             events = events[:-1]
         producer.send(topics[QUEUE.name], codec.encode(entry), key=entry.rollout_id.encode())
         for e in events:
-            producer.send(topics[EVENTS.name], codec.encode(e), key=e.rollout_id.encode())
+            producer.send(topics[EVENTS.name], codec.encode(e), key=entry.group_id.encode())
             sent += 1
     producer.flush()
     producer.close()

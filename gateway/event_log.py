@@ -27,6 +27,9 @@ from schemas.topics import MAX_MESSAGE_BYTES
 
 log = logging.getLogger(__name__)
 BROKEN_PRODUCER = (OutOfOrderSequenceNumber, UnknownProducerId, InvalidProducerEpoch)
+_Append = tuple[bytes, Sequence[Envelope], asyncio.Future[None]]
+"""One append waiting for its round: the key (its group id), its events, and its answer."""
+
 UNAVAILABLE = "the event log is unavailable: nothing of this request was recorded; retry later"
 
 
@@ -39,7 +42,7 @@ class EventSink(Protocol):
 
     async def enqueue(self, entry: QueueEntry) -> int: ...
 
-    async def append(self, envelopes: Sequence[Envelope]) -> None: ...
+    async def append(self, group_id: str, envelopes: Sequence[Envelope]) -> None: ...
 
 
 class EventLog:
@@ -60,7 +63,7 @@ class EventLog:
         self.bootstrap = bootstrap
         self._new_producer = new_producer or self._durable_producer
         self._partitioner = RememberingPartitioner()
-        """The producer's own rule (``durable_producer``): a rollout's events on one partition."""
+        """The producer's own rule (``durable_producer``): a group's events on one partition."""
 
     def _durable_producer(self) -> AIOKafkaProducer:
         return durable_producer(
@@ -75,7 +78,7 @@ class EventLog:
         """Connect; aiokafka binds its producer to the running event loop, so it is made here."""
         self.producer: AIOKafkaProducer = self._new_producer()
         self._renewing = False
-        self._gathering: list[tuple[Sequence[Envelope], asyncio.Future[None]]] = []
+        self._gathering: list[_Append] = []
         self._rounds: asyncio.Task[None] | None = None
         try:
             await asyncio.wait_for(self.producer.start(), self.timeout_s)
@@ -111,8 +114,9 @@ class EventLog:
             raise EventLogUnavailableError(UNAVAILABLE, pending=sent) from exc
         return int(metadata.offset)
 
-    async def append(self, envelopes: Sequence[Envelope]) -> None:
-        """Store events (all of one rollout) or raise; returns once all are acknowledged.
+    async def append(self, group_id: str, envelopes: Sequence[Envelope]) -> None:
+        """Store events (all of one rollout of ``group_id``, their key) or raise; returns once
+        all are acknowledged.
 
         The whole of it is bounded: a full producer buffer waits inside the round too. Appends
         are handed to the producer in rounds: one alone goes at once, and those that arrive
@@ -126,7 +130,7 @@ class EventLog:
         # A timer on `done` itself (cheaper than a timeout scope per call): once `done` is
         # failed, or cancelled with its caller, a round skips it.
         deadline = loop.call_later(self.timeout_s, _expire, done)
-        self._gathering.append((envelopes, done))
+        self._gathering.append((group_id.encode(), envelopes, done))
         if self._rounds is None or self._rounds.done():
             self._rounds = asyncio.create_task(self._send_rounds(), name="event-log-rounds")
         try:
@@ -145,26 +149,24 @@ class EventLog:
         (aiokafka's ``send`` costs about 10 µs of CPU a record, a batch about 4)."""
         while self._gathering:
             gathered, self._gathering = self._gathering, []
-            appends = [(envelopes, done) for envelopes, done in gathered if not done.done()]
+            appends = [append for append in gathered if not append[2].done()]
             deliveries = await self._send_round(appends) if appends else set()
             if deliveries:
                 await asyncio.wait(deliveries)
 
-    async def _send_round(
-        self, appends: Sequence[tuple[Sequence[Envelope], asyncio.Future[None]]]
-    ) -> set[asyncio.Future[Any]]:
+    async def _send_round(self, appends: Sequence[_Append]) -> set[asyncio.Future[Any]]:
         """Send the round's records; returns the batches' deliveries."""
         producer = self.producer
         try:
             partitions = sorted(await producer.partitions_for(self.events_topic))
         except Exception as exc:  # handed to the appenders, never lost in this task
-            for _, done in appends:
+            for _, _, done in appends:
                 _fail(done, _unavailable(exc))
             return set()
         batches = _RoundBatches(producer, self.events_topic)
-        for envelopes, done in appends:
+        for key, envelopes, done in appends:
             try:  # every record of the call checked before any is handed over
-                records = [_record(env) for env in envelopes]
+                records = [_record(key, env) for env in envelopes]
                 for key, value in records:
                     partition = self._partitioner(key, partitions, partitions)
                     await batches.add(partition, key, value, done)
@@ -215,10 +217,10 @@ def _unavailable(exc: Exception) -> Exception:
     return exc if isinstance(exc, KafkaError | OSError) else KafkaError(repr(exc))
 
 
-def _record(envelope: Envelope) -> tuple[bytes, bytes]:
+def _record(key: bytes, envelope: Envelope) -> tuple[bytes, bytes]:
     """An envelope's key and value; one over the producer's request size is refused, as
     ``send`` refuses it."""
-    key, value = envelope.rollout_id.encode(), codec.encode(envelope)
+    value = codec.encode(envelope)
     size = DefaultRecordBatchBuilder.estimate_size_in_bytes(key, value, [])
     if size > MAX_MESSAGE_BYTES:
         raise MessageSizeTooLargeError(f"an event of {size} bytes exceeds {MAX_MESSAGE_BYTES}")

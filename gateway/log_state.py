@@ -23,7 +23,8 @@ from schemas.records import Envelope, TrainStep
 from schemas.topics import TopicSpec
 
 log = logging.getLogger(__name__)
-Apply = Callable[[Envelope], None]
+Apply = Callable[[Envelope, str], None]
+"""Folds in one event and its record's key (the rollout id where a producer gave none)."""
 
 
 class EventFollower:
@@ -79,7 +80,9 @@ class EventFollower:
                 decoded = decode_message(spec, partition=tp.partition, offset=m.offset,
                                          key=m.key, value=m.value, consumer="gateway")  # fmt: skip
                 if isinstance(decoded, Delivered) and isinstance(decoded.record, Envelope):
-                    self.apply(decoded.record)
+                    record = decoded.record
+                    key = record.rollout_id if m.key is None else m.key.decode(errors="replace")
+                    self.apply(record, key)
                     applied += 1
         async with self._read:
             self._read.notify_all()

@@ -80,6 +80,16 @@ class Rollout:
         self.progress = None
 
 
+@dataclass(frozen=True)
+class Unresumable:
+    """A rollout seen in the log that this gateway cannot serve: why, and the key its events
+    were read with (where its abort goes: beside them, whatever keying the log was written
+    with)."""
+
+    why: str
+    key: str
+
+
 @dataclass
 class StepProgress:
     """A rollout's steps so far as the truncation rule sees them: tool use per model call, and
@@ -94,8 +104,8 @@ class RolloutRegistry:
         self.timeout_s = timeout_s
         self._by_id: dict[str, Rollout] = {}
         self._by_key: dict[str, str] = {}
-        self.unresumable: dict[str, str] = {}
-        """Rollouts seen in the log that cannot be served here, with the reason."""
+        self.unresumable: dict[str, Unresumable] = {}
+        """Rollouts seen in the log that cannot be served here, by id."""
 
     def create(
         self,
@@ -155,17 +165,19 @@ class RolloutRegistry:
 
     # --- the projection of forge.events -------------------------------------------------------
 
-    def apply(self, envelope: Envelope, now_wall: datetime, now_mono: float) -> None:
-        """Fold one event read from the log into the rollout it names (idempotent)."""
+    def apply(self, envelope: Envelope, key: str, now_wall: datetime, now_mono: float) -> None:
+        """Fold one event read from the log, with its record's key, into the rollout it names
+        (idempotent)."""
         rid, payload = envelope.rollout_id, envelope.payload
         rollout = self._by_id.get(rid)
         if rollout is None:
             if isinstance(payload, RolloutStarted):
-                self._adopt(rid, payload, envelope.ts, now_wall, now_mono)
+                self._adopt(rid, payload, key, envelope.ts, now_wall, now_mono)
             elif isinstance(payload, RolloutFinished | RolloutAborted):
                 self.unresumable.pop(rid, None)
             else:
-                self.unresumable.setdefault(rid, "its RolloutStarted is not in the log read")
+                why = "its RolloutStarted is not in the log read"
+                self.unresumable.setdefault(rid, Unresumable(why, key))
             return
         if envelope.event_id in rollout.seen or rollout.status != "running":
             return
@@ -188,10 +200,17 @@ class RolloutRegistry:
             rollout.recent.extend(kept)
 
     def _adopt(
-        self, rid: str, started: RolloutStarted, ts: datetime, now_wall: datetime, now_mono: float
+        self,
+        rid: str,
+        started: RolloutStarted,
+        key: str,
+        ts: datetime,
+        now_wall: datetime,
+        now_mono: float,
     ) -> None:
         if not started.key_hash:
-            self.unresumable[rid] = "its RolloutStarted carries no key hash (an older gateway)"
+            why = "its RolloutStarted carries no key hash (an older gateway)"
+            self.unresumable[rid] = Unresumable(why, key)
             return
         age = max(0.0, (now_wall - ts).total_seconds())
         rollout = Rollout(rid, started.task_id, started.group_id, started.group_size,

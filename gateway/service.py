@@ -245,9 +245,10 @@ class RolloutService:
                 log.warning("could not abort %s yet", rollout.rollout_id)
         self.rollouts.prune(now)
 
-    def apply(self, envelope: Envelope) -> None:
-        """An event read back from the log (after a restart, or another replica's)."""
-        self.rollouts.apply(envelope, datetime.now(UTC), time.monotonic())
+    def apply(self, envelope: Envelope, key: str) -> None:
+        """An event read back from the log (after a restart, or another replica's), with its
+        record's key."""
+        self.rollouts.apply(envelope, key, datetime.now(UTC), time.monotonic())
         payload = envelope.payload
         if isinstance(payload, RolloutStarted) and payload.queue_index >= 0:
             self.admission.queued(
@@ -260,10 +261,10 @@ class RolloutService:
 
     async def abort_unresumable(self) -> None:
         """Rollouts found open in the log that this gateway cannot serve end with the reason."""
-        for rollout_id, why in list(self.rollouts.unresumable.items()):
-            aborted = RolloutAborted(reason=f"not resumable after a gateway restart: {why}")
-            try:
-                await self.events.append(envelopes(rollout_id, [aborted]))
+        for rollout_id, found in list(self.rollouts.unresumable.items()):
+            aborted = RolloutAborted(reason=f"not resumable after a gateway restart: {found.why}")
+            try:  # keyed as its events were read: it lands beside them
+                await self.events.append(found.key, envelopes(rollout_id, [aborted]))
             except EventLogUnavailableError:
                 continue
             del self.rollouts.unresumable[rollout_id]
@@ -282,7 +283,9 @@ class RolloutService:
                 continue
             closing: list[Event] = [failed.started, RolloutAborted(reason="start_failed")]
             try:
-                await self.events.append(envelopes(failed.rollout_id, closing))
+                await self.events.append(
+                    failed.started.group_id, envelopes(failed.rollout_id, closing)
+                )
             except EventLogUnavailableError:
                 still.append(failed)
         self._failed_starts = still
@@ -330,7 +333,7 @@ class RolloutService:
             voids = [EventsVoided(list(rollout.voided), reason="answered 503")]
         batch = envelopes(rollout.rollout_id, [*voids, *payloads])
         try:
-            await self.events.append(batch)
+            await self.events.append(rollout.group_id, batch)
         except EventLogUnavailableError:
             rollout.voided.extend(e.event_id for e in batch[len(voids) :])
             raise

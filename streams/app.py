@@ -1,6 +1,6 @@
 """The live Faust worker: assemble rollouts, score complete groups, sequence, sink.
 
-- ``assemble`` (forge.events, keyed by rollout; read a fetched batch at a time,
+- ``assemble`` (forge.events, keyed by group, or by rollout in older logs; read a batch at a time,
   ``streams.faust_transport``): open rollouts are held in memory
   (``streams.open_rollouts``); when one ends, its events go as one bundle to an internal topic
   keyed by group.

@@ -17,6 +17,8 @@ from schemas.records import Envelope, QueueEntry
 class MemoryEventLog:
     def __init__(self) -> None:
         self.events: list[bytes] = []
+        self.keys: set[tuple[str, str]] = set()
+        """(rollout id, key) of every event appended."""
         self.queue: list[bytes] = []
         self.outage = False
         self.lands_late = False
@@ -32,7 +34,8 @@ class MemoryEventLog:
         self.queue.append(codec.encode(entry))
         return len(self.queue) - 1
 
-    async def append(self, envelopes: Sequence[Envelope]) -> None:
+    async def append(self, group_id: str, envelopes: Sequence[Envelope]) -> None:
+        self.keys.update((e.rollout_id, group_id) for e in envelopes)
         encoded = [codec.encode(e) for e in envelopes]
         if self.outage:
             if self.lands_late:

@@ -6,6 +6,7 @@ import os
 import subprocess
 import sys
 import time
+from collections import Counter
 
 import httpx
 import numpy as np
@@ -13,10 +14,11 @@ import openai
 import pytest
 
 from infra.analytics import query_rows
+from infra.kafka_clients import Delivered
 from infra.log_reader import LogRange, read_log
 from infra.tiny_model import save_tiny_policy
 from schemas.pipeline_file import RewardConfig
-from schemas.records import ModelResponse, TrainSample
+from schemas.records import Envelope, ModelResponse, TrainSample
 from schemas.topics import derived_train_topic
 from streams.pipeline import PipelineConfig
 from streams.replay import ReplaySources, run_replay
@@ -60,6 +62,10 @@ def test_replay_is_deterministic_feeds_the_trainer_and_the_engine_serves_the_res
         play_group(gw, "g1", [1.0, 0.0])
         play_group(gw, "g2", [0.0, 0.0, 1.0])
         sources = ReplaySources(gw.events, gw.queue, gw.policy)
+        placed = {(d.key, d.record.rollout_id) for d in read_log(kafka, gw.events, LogRange())
+                  if isinstance(d, Delivered) and isinstance(d.record, Envelope)}  # fmt: skip
+        # keyed by group: Kafka's default partitioner puts a group's events on one partition
+        assert sorted(Counter(key for key, _ in placed).items()) == [(b"g1", 2), (b"g2", 3)]
         config = PipelineConfig(rewards=RewardConfig(speed_weight=0.0), window=2)
         first = run_replay(
             kafka,

@@ -27,7 +27,7 @@ from streams.app import ended_topic
 from streams.pipeline import PipelineConfig, process_log
 from tests.builders import T0
 from tests.integration.logged_process import LoggedProcess
-from tests.integration.test_streams_worker import prepared_log, stop, train_samples
+from tests.integration.test_streams_worker import prepared_log, send_events, stop, train_samples
 from tests.unit.streams.test_pipeline import rollout
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -55,9 +55,7 @@ def produce(kafka, names, events, queue) -> None:
     producer = sync_producer(kafka)
     for _, entry in queue:  # in order: the single partition's offsets are the queue indices
         producer.send(names[QUEUE.name], codec.encode(entry), key=entry.rollout_id.encode())
-    for one in events:
-        for e in one:
-            producer.send(names[EVENTS.name], codec.encode(e), key=e.rollout_id.encode())
+    send_events(producer, names[EVENTS.name], events, queue)
     producer.flush()
     producer.close()
 

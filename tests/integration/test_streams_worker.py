@@ -59,6 +59,16 @@ def synthetic_log(rollouts: int, group: int, unfinished: frozenset[int] = frozen
     return events, queue
 
 
+def send_events(producer, topic: str, per_rollout, queue, *, by_rollout: bool = False) -> None:
+    """Each rollout's events keyed as a gateway keys them, by group id; ``by_rollout``: as a log
+    written before forge.events was keyed by group."""
+    groups = {entry.rollout_id: entry.group_id for _, entry in queue}
+    for events in per_rollout:
+        for e in events:
+            key = e.rollout_id if by_rollout else groups[e.rollout_id]
+            producer.send(topic, codec.encode(e), key=key.encode())
+
+
 def faulty_rollouts(first: int):
     """After the synthetic log: a rollout larger than one message (alone in its group), and a
     group of two whose second member's outcome is Infinity."""
@@ -104,9 +114,7 @@ def prepared_log(
     producer = sync_producer(kafka)
     for _, entry in queue:
         producer.send(names[QUEUE.name], codec.encode(entry), key=entry.rollout_id.encode())
-    for events in per_rollout:
-        for e in events:
-            producer.send(names[EVENTS.name], codec.encode(e), key=e.rollout_id.encode())
+    send_events(producer, names[EVENTS.name], per_rollout, queue)
     if garbage:
         producer.send(names[EVENTS.name], b"garbage", key=b"x")
     step = TrainStep(4242, 4242, 0.5, 8, 100, 50, 2.0, 0.0, 0.5, 1, 0.1, T0)
@@ -217,7 +225,7 @@ def test_worker_output_equals_the_replay_and_dead_letters_garbage(kafka, tmp_pat
         for d in letters
     )
     ours = [d for d in letters if d.consumer == env["FORGE_STREAMS_APP_ID"]]
-    assert any(d.key == b"big" and "rollout big's bundle of events is" in d.reason for d in ours)
+    assert any(d.key == b"gbig" and "rollout big's bundle of events is" in d.reason for d in ours)
     [inf] = [d for d in ours if "outcome reward inf is not finite" in d.reason]
     assert [e.rollout_id for e in bundles.assembly_of(inf.value).events] == ["inf"] * 7
 
@@ -265,9 +273,7 @@ def test_groups_open_at_a_kill_9_are_completed_from_the_log(kafka, tmp_path):
     first.wait()
     assert train_samples(kafka, train.name) == []
     producer = sync_producer(kafka)
-    for i in sorted(second_half):
-        end = full[i][-1]
-        producer.send(names[EVENTS.name], codec.encode(end), key=end.rollout_id.encode())
+    send_events(producer, names[EVENTS.name], [full[i][-1:] for i in sorted(second_half)], queue)
     producer.flush()
     producer.close()
     stop(run_until_complete(kafka, cmd, env, train, len(reference.samples)))

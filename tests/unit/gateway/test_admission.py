@@ -148,10 +148,10 @@ async def test_new_groups_started_at_once_on_a_slow_log_get_only_the_room_there_
     async with app_under_test(tiny_policy, max_active_rollouts=4) as gw:
         store, gate, waiting = gw.log.append, asyncio.Event(), []
 
-        async def slow_append(envelopes: Any) -> None:
+        async def slow_append(group_id: str, envelopes: Any) -> None:
             waiting.append(envelopes)
             await gate.wait()
-            await store(envelopes)
+            await store(group_id, envelopes)
 
         monkeypatch.setattr(gw.log, "append", slow_append)
         posts = [asyncio.create_task(post_start(gw, g)) for g in ("g0", "g1")]

@@ -244,9 +244,9 @@ async def test_signals_sent_with_the_finish_are_stored_with_it_in_one_write(gw):
     writes = []
     append = log.append
 
-    async def counted(envelopes):
+    async def counted(group_id, envelopes):
         writes.append(len(envelopes))
-        await append(envelopes)
+        await append(group_id, envelopes)
 
     log.append = counted
     signals = [{"step": 0, "name": "a", "value": 0.5}, {"step": 1, "name": "b", "value": -0.1}]

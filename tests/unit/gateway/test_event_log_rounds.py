@@ -96,18 +96,19 @@ async def started_log(*renewals: HeldProducer) -> tuple[EventLog, HeldProducer]:
     return log, producer
 
 
-def calls(*rollout_ids: str) -> list[list[Envelope]]:
-    """Each rollout's first two events: what one append of a call carries."""
-    return [rollout(r, "g", 1, 0, 0.0, 1.0)[:2] for r in rollout_ids]
+def calls(*groups: str) -> list[tuple[str, list[Envelope]]]:
+    """A rollout of each group and its first two events: what one append of a call carries
+    (the group id is the records' key)."""
+    return [(g, rollout(f"rollout-of-{g}", g, 1, 0, 0.0, 1.0)[:2]) for g in groups]
 
 
 async def test_appends_arriving_during_a_round_go_together_in_the_next():
     log, producer = await started_log()
     a, b, c = calls("a", "b", "c")
-    first = asyncio.create_task(log.append(a))
+    first = asyncio.create_task(log.append(*a))
     await asyncio.sleep(0.01)
     assert producer.keys() == [b"a", b"a"]  # alone: handed over at once
-    later = [asyncio.create_task(log.append(x)) for x in (b, c)]
+    later = [asyncio.create_task(log.append(*x)) for x in (b, c)]
     await asyncio.sleep(0.01)
     assert producer.keys() == [b"a", b"a"]  # waiting for the round in flight
     producer.acknowledge()
@@ -124,11 +125,11 @@ async def test_appends_arriving_during_a_round_go_together_in_the_next():
 
 async def test_a_full_batch_is_sent_at_once_and_answers_only_its_own_calls():
     log, producer = await started_log()
-    producer.capacity = sum(len(e.rollout_id) + len(codec.encode(e)) for e in calls("a")[0])
+    producer.capacity = sum(len(b"a") + len(codec.encode(e)) for e in calls("a")[0][1])
     a, b, d = calls("a", "b", "a")  # all on partition 0
-    first = asyncio.create_task(log.append(a))
+    first = asyncio.create_task(log.append(*a))
     await asyncio.sleep(0.01)
-    second, third = asyncio.create_task(log.append(b)), asyncio.create_task(log.append(d))
+    second, third = asyncio.create_task(log.append(*b)), asyncio.create_task(log.append(*d))
     producer.acknowledge()
     await first
     await asyncio.sleep(0.01)
@@ -143,9 +144,9 @@ async def test_a_full_batch_is_sent_at_once_and_answers_only_its_own_calls():
 async def test_an_append_whose_caller_stopped_waiting_is_not_sent_in_the_next_round():
     log, producer = await started_log()
     a, b, c = calls("a", "b", "c")
-    first = asyncio.create_task(log.append(a))
+    first = asyncio.create_task(log.append(*a))
     await asyncio.sleep(0.01)
-    gone, kept = asyncio.create_task(log.append(b)), asyncio.create_task(log.append(c))
+    gone, kept = asyncio.create_task(log.append(*b)), asyncio.create_task(log.append(*c))
     await asyncio.sleep(0.01)
     gone.cancel()  # e.g. the agent disconnected while its call waited for the next round
     producer.acknowledge()
@@ -160,15 +161,15 @@ async def test_an_append_unacknowledged_in_time_is_answered_503_and_not_sent_lat
     log, producer = await started_log()
     log.timeout_s = 0.05
     a, b, c = calls("a", "b", "c")
-    first = asyncio.create_task(log.append(a))
+    first = asyncio.create_task(log.append(*a))
     await asyncio.sleep(0.01)
-    waiting = asyncio.create_task(log.append(b))  # for the round in flight, which never ends
+    waiting = asyncio.create_task(log.append(*b))  # for the round in flight, which never ends
     for call in (first, waiting):
         with pytest.raises(EventLogUnavailableError):
             await call
     log.timeout_s = 5
     producer.acknowledge()  # the first round's acknowledgement comes, too late
-    third = asyncio.create_task(log.append(c))
+    third = asyncio.create_task(log.append(*c))
     await asyncio.sleep(0.01)
     assert producer.keys() == [b"a", b"a", b"c", b"c"]  # b, answered 503, was never handed over
     producer.acknowledge(1)
@@ -178,7 +179,7 @@ async def test_an_append_unacknowledged_in_time_is_answered_503_and_not_sent_lat
 async def test_a_cancelled_delivery_is_answered_503_not_as_a_cancellation():
     log, producer = await started_log()
     (a,) = calls("a")
-    call = asyncio.create_task(log.append(a))
+    call = asyncio.create_task(log.append(*a))
     await asyncio.sleep(0.01)
     producer.sent[0][2].cancel()
     with pytest.raises(EventLogUnavailableError):
@@ -187,17 +188,17 @@ async def test_a_cancelled_delivery_is_answered_503_not_as_a_cancellation():
 
 async def test_an_append_of_nothing_is_answered_at_once():
     log, producer = await started_log()
-    await asyncio.wait_for(log.append([]), 1)
+    await asyncio.wait_for(log.append("g", []), 1)
     assert producer.sent == []
 
 
 async def test_a_batch_the_producer_refuses_fails_its_calls_and_the_round_goes_on():
     log, producer = await started_log()
     a, b, c = calls("a", "b", "c")
-    first = asyncio.create_task(log.append(a))
+    first = asyncio.create_task(log.append(*a))
     await asyncio.sleep(0.01)
     producer.refuse = {1}  # the next round's first batch (partition 0: b) is refused
-    refused, other = asyncio.create_task(log.append(b)), asyncio.create_task(log.append(c))
+    refused, other = asyncio.create_task(log.append(*b)), asyncio.create_task(log.append(*c))
     producer.acknowledge()
     await first
     with pytest.raises(EventLogUnavailableError):
@@ -212,12 +213,12 @@ async def test_a_call_whose_later_batch_is_refused_fails_and_its_sent_batch_is_w
     producer.capacity = 1  # one record a batch: the call's two events go in two batches
     producer.refuse = {1}  # the call's second batch
     a, b = calls("a", "b")
-    first = asyncio.create_task(log.append(a))
+    first = asyncio.create_task(log.append(*a))
     await asyncio.sleep(0.01)
     assert [keys for _, keys, _ in producer.sent] == [[b"a"]]  # its first batch went
     with pytest.raises(EventLogUnavailableError):
         await first
-    second = asyncio.create_task(log.append(b))
+    second = asyncio.create_task(log.append(*b))
     await asyncio.sleep(0.01)
     assert producer.keys() == [b"a"]  # the round waits for what it did send of the failed call
     producer.acknowledge()
@@ -231,12 +232,14 @@ async def test_an_event_over_the_size_limit_fails_its_call_alone(monkeypatch):
     monkeypatch.setattr(event_log, "MAX_MESSAGE_BYTES", 2_000)
     log, producer = await started_log()
     a, big, c = calls("a", "b", "c")
-    request = big[1].payload
+    request = big[1][1].payload
     assert isinstance(request, ModelRequest)  # the call's second event, its first is small
-    big[1] = replace(big[1], payload=replace(request, prompt_token_ids=np.zeros(1_000, np.int32)))
-    first = asyncio.create_task(log.append(a))
+    big[1][1] = replace(
+        big[1][1], payload=replace(request, prompt_token_ids=np.zeros(1_000, np.int32))
+    )
+    first = asyncio.create_task(log.append(*a))
     await asyncio.sleep(0.01)
-    refused, other = asyncio.create_task(log.append(big)), asyncio.create_task(log.append(c))
+    refused, other = asyncio.create_task(log.append(*big)), asyncio.create_task(log.append(*c))
     producer.acknowledge()
     await first
     with pytest.raises(EventLogUnavailableError):

@@ -22,11 +22,12 @@ async def test_a_second_gateway_reading_the_log_continues_the_delta_chain(tiny_p
             model="m", messages=CHAT, max_tokens=4, seed=1
         )
         log = first.log
+    assert {key for _, key in log.keys} == {"g"}  # keyed by group: one partition for it all
     async with app_under_test(tiny_policy) as second:
         second.log.events = list(log.events)  # the same log, read back
         service = second.app.state.gateway.service
         for envelope in second.log.envelopes():
-            service.apply(envelope)
+            service.apply(envelope, "g")
         again = second.sdk(rollout)  # same base URL path and key
         follow = [*CHAT, {"role": "assistant", "content": reply.choices[0].message.content},
                   {"role": "user", "content": "higher"}]  # fmt: skip
@@ -50,9 +51,9 @@ def test_applying_the_log_twice_changes_nothing_and_an_end_closes():
     start = envelope(RolloutStarted("t", "g", 1, 0, {}, 3, key_hash("fr-key")), "r1", now)
     end = envelope(RolloutAborted("agent crashed"), "r1", now)
     for event in (start, start):
-        registry.apply(event, now, time.monotonic())
+        registry.apply(event, "g", now, time.monotonic())
     assert registry.id_for_key("fr-key") == "r1" and registry.open("r1").signals == 0
-    registry.apply(end, now, time.monotonic())
+    registry.apply(end, "g", now, time.monotonic())
     with pytest.raises(RolloutClosedError):
         registry.open("r1")
 
@@ -63,6 +64,24 @@ def test_a_rollout_without_its_start_or_key_hash_is_not_resumable():
 
     registry = RolloutRegistry(timeout_s=600)
     now = datetime.now(UTC)
-    registry.apply(envelope(model_request(), "r-old", now), now, time.monotonic())
-    registry.apply(envelope(RolloutStarted("t", "g", 1, 0), "r-nokey", now), now, 0.0)
-    assert set(registry.unresumable) == {"r-old", "r-nokey"}
+    # keyed as the log was written: an older log by rollout id, a newer one by group id
+    registry.apply(envelope(model_request(), "r-old", now), "r-old", now, time.monotonic())
+    registry.apply(envelope(RolloutStarted("t", "g", 1, 0), "r-nokey", now), "g", now, 0.0)
+    assert {r: u.key for r, u in registry.unresumable.items()} == {"r-old": "r-old", "r-nokey": "g"}
+
+
+async def test_an_unresumable_rollout_is_aborted_under_the_key_its_events_were_read_with(
+    tiny_policy,
+):
+    from tests.builders import envelope, model_request
+
+    now = datetime.now(UTC)
+    async with app_under_test(tiny_policy) as gateway:
+        service = gateway.app.state.gateway.service
+        service.apply(envelope(model_request(), "r-old", now), "r-old")
+        service.apply(envelope(model_request(), "r-new", now), "g-new")
+        await service.abort_unresumable()
+        assert gateway.log.keys == {("r-old", "r-old"), ("r-new", "g-new")}
+        aborted = [e.rollout_id for e in gateway.log.envelopes()
+                   if isinstance(e.payload, RolloutAborted)]  # fmt: skip
+        assert sorted(aborted) == ["r-new", "r-old"] and not service.rollouts.unresumable

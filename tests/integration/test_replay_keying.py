@@ -1,0 +1,54 @@
+"""A log written before forge.events was keyed by group id (keyed by rollout id, a group's
+members spread over partitions) replays to the same forge.train as the same events keyed by
+group: the replay reads every partition and orders by event time, not by placement."""
+
+from __future__ import annotations
+
+import uuid
+
+import pytest
+
+from infra.kafka_clients import ensure_topics, sync_producer
+from infra.log_reader import LogRange
+from infra.partitioner import RememberingPartitioner
+from schemas import codec
+from schemas.topics import EVENTS, POLICY, QUEUE, TopicSpec
+from streams.pipeline import PipelineConfig, process_log
+from streams.replay import ReplaySources, run_replay
+from tests.integration.test_streams_worker import send_events, synthetic_log, train_samples
+
+pytestmark = [pytest.mark.integration]
+
+
+def logged(kafka: str, per_rollout, queue, *, by_rollout: bool) -> ReplaySources:
+    suffix = uuid.uuid4().hex[:8]
+    specs = [TopicSpec(f"test.keying.{s.name}.{suffix}", s.record, s.partitions, s.configs)
+             for s in (EVENTS, QUEUE, POLICY)]  # fmt: skip
+    ensure_topics(kafka, specs, timeout_s=30)
+    events, queue_spec, policy = specs
+    producer = sync_producer(kafka)
+    for _, entry in queue:
+        producer.send(queue_spec.name, codec.encode(entry), key=entry.rollout_id.encode())
+    send_events(producer, events.name, per_rollout, queue, by_rollout=by_rollout)
+    producer.flush()
+    producer.close()
+    return ReplaySources(events, queue_spec, policy)
+
+
+def test_a_log_keyed_by_rollout_replays_to_what_the_same_log_keyed_by_group_does(kafka):
+    per_rollout, queue = synthetic_log(48, 4, unfinished=frozenset({5, 17}))
+    config = PipelineConfig(item_timeout_s=30.0, group_timeout_s=6.0)
+    reference = process_log([e for r in per_rollout for e in r], queue, [], config).samples
+    partition_of, partitions = RememberingPartitioner(), list(range(EVENTS.partitions))
+    placed: dict[str, set[int]] = {}
+    for _, entry in queue:
+        by_rollout = partition_of(entry.rollout_id.encode(), partitions, partitions)
+        placed.setdefault(entry.group_id, set()).add(by_rollout)
+    assert any(len(p) > 1 for p in placed.values()), "no group spread: not the case tested"
+    samples = {}
+    for by_rollout in (False, True):
+        out = f"test.keying.train.{uuid.uuid4().hex[:8]}"
+        sources = logged(kafka, per_rollout, queue, by_rollout=by_rollout)
+        run_replay(kafka, LogRange(), out, config, sources=sources)
+        samples[by_rollout] = train_samples(kafka, out)
+    assert samples[True] == samples[False] == reference
