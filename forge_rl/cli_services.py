@@ -131,8 +131,12 @@ def streams(ctx: click.Context) -> None:
 
 
 @click.command("run")
-@click.option("--agent-cmd", help="Shell command of a black-box agent, run once per rollout "
-              "with OPENAI_BASE_URL, OPENAI_API_KEY and FORGE_TASK set.")  # fmt: skip
+@click.option("--agent-cmd", help="Shell command of a black-box agent for every domain, run "
+              "once per rollout with OPENAI_BASE_URL, OPENAI_API_KEY and FORGE_TASK "
+              "set.")  # fmt: skip
+@click.option("--agent-for", "agent_for", nargs=2, multiple=True, metavar="DOMAIN CMD",
+              help="A black-box agent's command for one domain (repeatable); the other "
+              "domains keep their built-in agent.")  # fmt: skip
 @click.option("--duration", "duration_s", type=float, help="Seconds to run the agents for.")
 @click.option("--agents", type=int, help="Agent processes at once.")
 @click.option("--max-rollouts", type=int, help="Stop after this many rollouts.")
@@ -152,6 +156,7 @@ def streams(ctx: click.Context) -> None:
 def run_cmd(
     ctx: click.Context,
     agent_cmd: str | None,
+    agent_for: tuple[tuple[str, str], ...],
     duration_s: float | None,
     agents: int | None,
     max_rollouts: int | None,
@@ -167,7 +172,8 @@ def run_cmd(
     from forge_rl.run_config import RunSettings
 
     overrides = {
-        "agent_cmd": agent_cmd, "duration_s": duration_s, "agents": agents,
+        "agent_cmd": agent_cmd, "agent_cmds": dict(agent_for) or None, "duration_s": duration_s,
+        "agents": agents,
         "max_rollouts": max_rollouts, "until_policy": until_policy,
         "engine": engine, "engines": engines,
     }  # fmt: skip

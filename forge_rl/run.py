@@ -224,12 +224,12 @@ class Runner:
         return gateway_engine(server)
 
     def plays(self) -> dict[str, Play[Any]]:
-        """Each domain's environment and agent: the built-in one, or ``agent_cmd`` for all."""
-        command = self.settings.agent_cmd
-        return {
-            domain: Play(env, CommandLauncher(command) if command else env.agent())
-            for domain, env in self.environments.items()
-        }
+        """Each domain's environment and agent: its command if it has one, else the built-in."""
+        plays: dict[str, Play[Any]] = {}
+        for domain, env in self.environments.items():
+            command = self.settings.agent_command(domain)
+            plays[domain] = Play(env, CommandLauncher(command) if command else env.agent())
+        return plays
 
     async def drive(self, watch: PipelineWatch) -> None:
         s = self.settings

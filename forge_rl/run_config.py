@@ -51,7 +51,14 @@ class RunSettings(ForgeSettings):
         description="Embedded engines in the gateway process (default: the gateway's setting).",
     )
     agent_cmd: str | None = Field(
-        default=None, description="Shell command of a black-box agent; default: the built-in one."
+        default=None,
+        description="Shell command of a black-box agent for every domain; default: each "
+        "domain's built-in one.",
+    )
+    agent_cmds: dict[str, str] = Field(
+        default_factory=dict,
+        description="Domain -> shell command of a black-box agent for that domain alone (wins "
+        "over agent_cmd); the other domains keep theirs.",
     )
     agent_timeout_s: float = Field(default=120.0, gt=0, description="Kill an episode after this.")
     seed: int = 0
@@ -83,6 +90,18 @@ class RunSettings(ForgeSettings):
     def played(self) -> dict[str, str]:
         """Domain -> environment of every domain this run plays."""
         return self.domains or {DEFAULT_DOMAIN: self.task}
+
+    @model_validator(mode="after")
+    def _agents_for_played_domains(self) -> RunSettings:
+        unknown = sorted(set(self.agent_cmds) - set(self.played))
+        if unknown:
+            raise ValueError(f"agent_cmds names {', '.join(map(repr, unknown))}, not a domain "
+                             f"this run plays ({', '.join(sorted(self.played))})")  # fmt: skip
+        return self
+
+    def agent_command(self, domain: str) -> str | None:
+        """The black-box agent's command for ``domain``; None: its built-in agent."""
+        return self.agent_cmds.get(domain, self.agent_cmd)
 
     @model_validator(mode="after")
     def _a_group_fits(self) -> RunSettings:

@@ -2,7 +2,7 @@
 # The main job, set-up included: a tiny agent learns the built-in tool task end to end on this
 # machine (Kafka, gateway, streams worker, trainer, agent fleet), with live progress and a
 # closing analytics report. Extra arguments go to `forge-rl run` (e.g. --duration 120,
-# --agent-cmd "python examples/agents/interval_agent.py").
+# --agent-for guess "python examples/agents/interval_agent.py").
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh

@@ -1,12 +1,13 @@
 #!/usr/bin/env python3
-"""A second, independent agent for `forge-rl run --agent-cmd`: it imports nothing from forge-rl.
+"""A second, independent agent for `forge-rl run --agent-for guess`: it imports nothing from
+forge-rl.
 
 It plays the guess-the-digit task without tools: it streams each answer, and after a wrong
 guess tells the model, in plain words, which interval is still open. Like any black-box
 agent it reads OPENAI_BASE_URL and OPENAI_API_KEY (the SDK does), takes its task from
 FORGE_TASK, and prints {"guesses": [...]} as its last line for the environment to verify.
 
-    forge-rl run --agent-cmd "python examples/agents/interval_agent.py"
+    forge-rl run --agent-for guess "python examples/agents/interval_agent.py"
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import sys
 
 from openai import OpenAI
 
@@ -30,6 +32,8 @@ def ask(client: OpenAI, messages: list[dict[str, str]]) -> str:
 
 def main() -> None:
     task = json.loads(os.environ["FORGE_TASK"])
+    if "secret" not in task:  # the reason lands in the run's agents.log
+        sys.exit(f"interval_agent plays the guess task only; this task has {sorted(task)}")
     secret, turns = task["secret"], task["max_turns"]
     client = OpenAI(max_retries=0)
     low, high = 0, 9

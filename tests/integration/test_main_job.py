@@ -126,7 +126,7 @@ def test_every_stage_moves_data_and_a_new_policy_serves_later_calls(tmp_path):
 
 
 def test_a_black_box_agent_command_plays_and_ctrl_c_stops_everything(tmp_path):
-    runner = start(tmp_path, "--fresh", "--agent-cmd", BLACK_BOX, "--duration", "600")
+    runner = start(tmp_path, "--fresh", "--agent-for", "guess", BLACK_BOX, "--duration", "600")
     try:
         wait_for_agents(tmp_path, runner)
         children = descendants(runner)
@@ -141,7 +141,9 @@ def test_a_black_box_agent_command_plays_and_ctrl_c_stops_everything(tmp_path):
     assert runner.returncode == 130, err[-3000:]
     assert "every process this run started has been stopped" in err
     assert_all_gone(children)
-    assert scalar(tmp_path, "SELECT count() FROM calls") > 0  # the black box's calls
+    assert scalar(tmp_path, "SELECT count() FROM calls") > 0  # the black box's and echo's
+    (agents_log,) = tmp_path.glob("runs/*/logs/agents.log")
+    assert "plays the guess task only" not in agents_log.read_text()  # echo kept its own agent
 
 
 def test_a_crashed_service_is_reported_and_the_rest_stopped(tmp_path):

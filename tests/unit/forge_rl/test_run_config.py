@@ -15,3 +15,18 @@ def test_the_task_is_a_registered_environment(monkeypatch):
     monkeypatch.setenv("FORGE_RUN_TASK", "chess")
     with pytest.raises(ConfigError, match=r"FORGE_RUN_TASK: .*no environment 'chess'.*guess"):
         load_settings(RunSettings)
+
+
+def test_an_agent_command_for_one_domain_leaves_the_others_their_built_in_agent():
+    overrides = {"domains": {"guess": "guess", "echo": "echo"}, "agent_cmds": {"guess": "my-agent"}}
+    settings = load_settings(RunSettings, overrides=overrides)
+    assert (settings.agent_command("guess"), settings.agent_command("echo")) == ("my-agent", None)
+    everywhere = load_settings(RunSettings, overrides={**overrides, "agent_cmd": "any-agent"})
+    assert everywhere.agent_command("guess") == "my-agent"  # the domain's own wins
+    assert everywhere.agent_command("echo") == "any-agent"
+
+
+def test_an_agent_command_for_a_domain_not_played_is_refused_by_name():
+    overrides = {"domains": {"guess": "guess"}, "agent_cmds": {"gues": "my-agent"}}
+    with pytest.raises(ConfigError, match=r"agent_cmds names 'gues', not a domain .*\(guess\)"):
+        load_settings(RunSettings, overrides=overrides)
