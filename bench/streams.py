@@ -72,7 +72,7 @@ from schemas.topics import (  # noqa: E402
     TopicSpec,
     derived_train_topic,
 )
-from streams.app import ended_topic  # noqa: E402
+from streams.internal_topics import ended_topic  # noqa: E402
 from streams.pipeline import PipelineConfig, process_log  # noqa: E402
 from streams.replay import ReplaySources, run_replay  # noqa: E402
 from streams.watermarks import WATERMARK_HEADER, Watermark  # noqa: E402

@@ -9,7 +9,9 @@ The live worker:
 - worker_process — the `forge-rl streams` process: Faust's worker, with a bounded stop (I/O)
 - app — the Faust app: assembly, scoring, sequencing and sinks wired to the topics (I/O)
 - faust_transport — Faust's transport: a set fetch wait, fetched records as one batch (I/O)
-- stall_watch — finds partitions Faust stopped fetching and hands them back (pure)
+- internal_topics — the worker's own topics: bundles, settled marks, claims (pure)
+- stall_watch — when an owned partition has gone unfetched too long (pure)
+- stall_refetch — names such a partition in the log and fetches it again (I/O: Faust)
 
 Assembly (forge.events → one bundle per rollout):
 - open_rollouts — one events partition's open rollouts, held in memory (pure)
@@ -26,19 +28,22 @@ Scoring (bundles → forge.trajectories):
 - rewards — process, outcome and speed rewards, reward-to-go, group-baseline advantage (pure)
 - settled_groups — one mark per settled group (pure; ``read_marks`` reads them: I/O)
 - sinks — analytics rows from records, idempotent on the records' ids (I/O: ClickHouse)
+- analytics_wiring — the sink's buffer, flushes and SQL page added to the worker (I/O)
 
 Event time and commits:
 - watermarks — the event-time horizon group timeouts are judged at (pure)
 - scored_through — how far each scorer partition has written forge.trajectories (pure)
+- claim_rounds — sends those claims every ``group_check_s`` (I/O: Kafka)
 - commit_floor — the offset an input partition may be committed at (pure)
 - floor_event_time — the newest event time below an events partition's floor (pure)
-- floor_commits — commits the floors with that event time, and reads it back (I/O: Kafka)
+- floor_commits — commits the floors that moved with that event time, reads it back (I/O)
 - live_state — what the worker builds from one consumer-group generation's messages (pure)
 
 Sequencing (→ forge.train):
 - live_sequencer — the one fenced, transactional writer of forge.train (I/O: Kafka)
 - sequencer — facts applied to the windowed FIFO in event-time order (pure)
 - windowed_fifo — the windowed FIFO over the generation queue (pure)
+- adaptive_window — the window set from completion times and the trainer's pace (pure)
 
 Replay and analytics:
 - pipeline — a stretch of the log processed as one deterministic function (pure)

@@ -9,17 +9,18 @@
   go to forge.trajectories (and their calls to the calls table), then its mark to a compacted
   topic;
   every ``group_check_s`` each partition claims how far its trajectories are written
-  (``streams.scored_through``), the sequencer's watermark.
+  (``streams.claim_rounds``), the sequencer's watermark.
 - ``sequence`` (a task over forge.queue, forge.trajectories, forge.policy and the claims): the
   event-time sequencer, active in one worker of the group at a time, fenced by the broker and
   exact across restarts by sample identity (``streams.live_sequencer``); it writes the
   rollouts table.
 No table, no changelog: each input partition is the log of the state built from it, committed
-only up to the first message of anything still held (``streams.commit_floor``) — Faust's own
+only up to the first message of anything still held (``streams.floor_commits``) — Faust's own
 acks and commits are off for these topics — and read again from there after a restart or a
-rebalance (``streams.live_state``). Undecodable records go to forge.dlq with the reason, and so
-do rollouts that cannot be scored: larger than one message, with a non-finite reward input,
-ended after their group's timeout, or never ended. This module only wires the pure cores.
+rebalance (``streams.live_state``). Analytics rows go through ``streams.analytics_wiring``.
+Undecodable records go to forge.dlq with the reason, and so do rollouts that cannot be scored:
+larger than one message, with a non-finite reward input, ended after their group's timeout, or
+never ended. This module only wires the pure cores.
 """
 
 from __future__ import annotations
@@ -28,25 +29,25 @@ import asyncio
 import logging
 import time
 from dataclasses import replace
-from datetime import datetime, timedelta
+from datetime import timedelta
 from functools import partial
 from typing import Any, cast
 
 import faust
-from aiokafka import TopicPartition
 from aiokafka.errors import KafkaError
-from faust.exceptions import ConsumerNotStarted, ProducerSendError
+from faust.exceptions import ConsumerNotStarted
 from faust.types import TP
 
-from infra.analytics import analytics_client, ensure_tables
 from infra.config import InfraSettings
-from infra.kafka_clients import BATCH_BYTES, EndOffsets, ensure_topics, topic_partitions
+from infra.kafka_clients import BATCH_BYTES, ensure_topics, topic_partitions
 from infra.metrics_server import StreamsMetrics, serve_metrics
 from infra.partitioner import RememberingPartitioner
 from schemas import codec
-from schemas.records import Envelope, TrainStep
-from schemas.topics import DLQ, EVENTS, MAX_MESSAGE_BYTES, TRAJECTORIES, TopicSpec
+from schemas.records import Envelope
+from schemas.topics import DLQ, EVENTS, MAX_MESSAGE_BYTES, TRAJECTORIES
 from streams import bundles
+from streams.analytics_wiring import wire_analytics
+from streams.claim_rounds import claim_scored_through
 from streams.config import StreamsSettings, load_pipeline_config
 from streams.dead_letters import DeadLetters
 from streams.deliveries import Deliveries
@@ -56,40 +57,26 @@ from streams.faust_transport import (
     Transport,
     current_records,
 )
-from streams.floor_commits import commit_with_metadata, committed_metadata
+from streams.floor_commits import FloorCommits
 from streams.group_scorer import GroupScorer
+from streams.internal_topics import ended_topic, internal_topics, settled_topic
 from streams.live_sequencer import run_sequencer
 from streams.live_state import Generations, LiveState, ScorerPartition
 from streams.open_rollouts import EndedRollout, OpenRollouts
-from streams.scored_through import ScoredThrough, newest_claimed, scored_through_topic
+from streams.scored_through import newest_claimed, scored_through_topic
 from streams.settled_groups import SettledGroups, SettledMark, read_marks
-from streams.sinks import SinkBuffer, call_rows
-from streams.sql_endpoint import open_endpoint
-from streams.stall_watch import StallWatch
+from streams.sinks import call_rows
+from streams.stall_refetch import refetch_stalled_partitions
 from streams.watermarks import (
     TICK_HEADER,
     WATERMARK_HEADER,
     EventsProgress,
     SharedHorizon,
     Watermark,
-    newest_metadata,
-    newest_of_metadata,
     tick_horizon,
 )
 
 log = logging.getLogger(__name__)
-
-
-class FlushSinkBeforeCommit(faust.Sensor):  # type: ignore[misc]
-    """Inserts the buffered rows as one of Faust's own commits (forge.metrics) begins: a
-    committed step's row is stored unless the store is down (then it waits in the buffer)."""
-
-    def __init__(self, buffer: SinkBuffer) -> None:
-        super().__init__()
-        self.buffer = buffer
-
-    def on_commit_initiated(self, consumer: Any) -> None:
-        self.buffer.flush()
 
 
 def create_streams_app(
@@ -157,7 +144,6 @@ def create_streams_app(
         )
     )
     deliveries = Deliveries()
-    trajectory_partitions = topic_partitions(bootstrap, (settings.trajectories_topic,))
     metrics = StreamsMetrics(
         app.monitor,
         events_topic=settings.events_topic,
@@ -167,14 +153,15 @@ def create_streams_app(
         ),
     )
     serve_metrics(metrics.registry, infra.metrics_port, infra.metrics_bind)
-    sink = analytics_client(infra) if settings.sink else None
-    buffer = SinkBuffer(sink) if sink is not None else None
-    if sink is not None:
-        ensure_tables(sink)
-    if buffer is not None:
-        app.sensors.add(FlushSinkBeforeCommit(buffer))
-
     letters = DeadLetters(dlq, settings.app_id)
+    buffer = wire_analytics(app, settings, infra, letters)
+    floor_commits = FloorCommits(
+        lambda: app.consumer,
+        bootstrap,
+        settings.app_id,
+        (settings.events_topic, scorer_topic),
+        None if buffer is None else buffer.flush,
+    )
 
     async def send_bundle(rollouts: OpenRollouts, done: EndedRollout, message: Any) -> None:
         reason = bundles.oversize(done.rollout_id, len(done.bundle))
@@ -298,27 +285,10 @@ def create_streams_app(
     def owned(topic: str) -> set[int]:
         return {tp.partition for tp in app.consumer.assignment() if tp.topic == topic}
 
-    async def seed_progress(state: LiveState, partitions: set[int]) -> bool:
-        """The newest event time each events partition's floor was committed with, merged in
-        once per generation before its first watermark or commit (``streams.floor_commits``);
-        False while the broker does not say."""
-        unseeded = state.progress.unseeded(partitions)
-        if not unseeded:
-            return True
-        tps = [TopicPartition(settings.events_topic, p) for p in sorted(unseeded)]
-        try:
-            found = await committed_metadata(bootstrap, settings.app_id, tps, METADATA_TIMEOUT_S)
-        except (KafkaError, TimeoutError) as error:
-            log.warning("the events floors' event times not read: %r", error)  # the broker away
-            return False
-        for tp, raw in found.items():
-            state.progress.seed(tp.partition, newest_of_metadata(raw))
-        return True
-
     async def send_watermark_round(state: LiveState) -> None:
         mine = owned(settings.events_topic)
         state.progress.keep_only(mine)
-        if not await seed_progress(state, mine):
+        if not await floor_commits.seed_progress(state, mine):
             return
         tps = [TP(settings.events_topic, p) for p in sorted(mine)]
         if not tps:
@@ -353,20 +323,6 @@ def create_streams_app(
             except (KafkaError, ConsumerNotStarted, TimeoutError) as error:
                 log.warning("watermarks skipped this round: %s", error)  # the broker away
 
-    @app.task
-    async def claim_scored_through() -> None:
-        """Every ``group_check_s``, half a round after the watermarks (time for the scorers to
-        read a round): a claim made as a round is sent counts the round before, and its
-        samples wait a round longer. Each timer keeps its own pace: a slow round of one does
-        not hold the other."""
-        ends = EndOffsets(bootstrap, timeout_s=5 * settings.group_check_s)
-        try:
-            await app.sleep(settings.group_check_s / 2)
-            async for _ in app.itertimer(settings.group_check_s, name="claims"):
-                await send_claims(ends)
-        finally:
-            await ends.close()
-
     @app.timer(interval=settings.group_check_s)
     async def expire_groups() -> None:
         """Open groups past their timeout get a tick on their own partition (groups change
@@ -384,149 +340,28 @@ def create_streams_app(
                 await marks.send(key=group, value=None, partition=partition,
                                  value_serializer="raw")  # fmt: skip
 
-    async def send_claims(trajectory_ends: EndOffsets) -> None:
-        """Each scorer partition this worker owns claims how far its trajectories are written
-        (``streams.scored_through``). The ends are asked after the claims are made: what each
-        covers lies below them."""
-        state = generations.current(_generation(app))
-        claims: dict[int, tuple[datetime, bool, datetime | None]] = {}
-        for partition, scorer in list(state.scorers.items() if state else ()):
-            horizon = scorer.horizon.horizon(partitions)
-            if horizon is not None:
-                idle = scorer.horizon.still(partitions) and scorer.groups.idle(horizon)
-                through = scorer.groups.scored_through(horizon)
-                claims[partition] = through, idle, scorer.horizon.newest
-        if not claims:
-            return
-        if not trajectory_partitions:  # metadata not there yet: claims naming none are void
-            topics = (settings.trajectories_topic,)
-            trajectory_partitions.extend(
-                await asyncio.to_thread(topic_partitions, bootstrap, topics)
-            )
-            return
-        try:
-            ends = await trajectory_ends.of(trajectory_partitions)
-        except (KafkaError, TimeoutError) as error:
-            log.warning("scored-through claims skipped this round: %r", error)  # the broker away
-            return
-        by_partition = {tp.partition: offset for tp, offset in ends.items()}
-        for partition, (through, idle, newest) in claims.items():
-            claim = ScoredThrough(partition, partitions, through, by_partition, idle, newest)
-            try:
-                await scored.send(
-                    key=str(partition).encode(), value=claim.encode(), partition=partition
-                )
-            except (KafkaError, ProducerSendError) as error:
-                log.warning("a scored-through claim skipped: %r", error)
-
-    async def commit_floors(state: LiveState | None) -> None:
-        """Commit each partition's floor (``streams.commit_floor``) that moved, an events
-        partition's with the event time below it (``streams.floor_commits``); the sink's rows
-        first, so a committed event's rows are stored (unless the store is down)."""
-        if state is None:
-            return
-        floors = state.floors(settings.events_topic, scorer_topic)
-        events = {p for t, p in floors if t == settings.events_topic}
-        if events and not await seed_progress(state, events):
-            floors = {(t, p): at for (t, p), at in floors.items() if t != settings.events_topic}
-        if not floors:
-            return
-        if buffer is not None:
-            buffer.flush()
-        offsets = {
-            TP(t, p): (
-                at,
-                newest_metadata(state.progress.below_floor(p, at)) if p in events else "",
-            )
-            for (t, p), at in floors.items()
-        }
-        if await commit_with_metadata(app.consumer, offsets):
-            state.committed.update(floors)
-
     @app.timer(interval=COMMIT_INTERVAL_S)
     async def commit_regularly() -> None:
-        await commit_floors(generations.current(_generation(app)))
+        await floor_commits.commit(generations.current(_generation(app)))
 
     @app.on_partitions_revoked.connect  # type: ignore[arg-type]
     async def commit_before_revoke(sender: Any, revoked: set[TP], **kwargs: Any) -> None:
         """The next owner (maybe this worker) reads again from the floors committed here."""
-        await commit_floors(generations.current(_generation(app)))
+        await floor_commits.commit(generations.current(_generation(app)))
 
-    stalls: StallWatch[TP] = StallWatch(STALL_PATIENCE_S)
-
-    @app.timer(interval=STALL_PATIENCE_S / 3)
-    async def refetch_stalled_partitions() -> None:
-        """An owned partition Faust stopped fetching is named and fetched again
-        (``streams.stall_watch``)."""
-        consumer = cast(Any, app.consumer)
-        state = generations.current(_generation(app))
-        streams = {
-            tp for tp in consumer.assignment() if tp.topic in (settings.events_topic, scorer_topic)
-        }
-        stalls.keep_only(streams)
-        if not streams or state is None:
-            return
-        try:
-            ends = await consumer.highwaters(*streams)
-        except (KafkaError, ConsumerNotStarted, TimeoutError):
-            return  # the broker away: nothing is fetched anyway
-        fetched = consumer._get_active_partitions()  # Faust 0.15: no public accessor
-        now = time.monotonic()
-        for tp in sorted(streams):
-            reached = state.reached(settings.events_topic, scorer_topic, tp.topic, tp.partition)
-            if stalls.stalled(tp, reached, ends.get(tp), tp in fetched, now):
-                log.warning(
-                    "%s:%d has records past offset %s (end %s) that Faust has not fetched for "
-                    "%.0f s (paused: %s, buffer full: %s): fetching it again",
-                    tp.topic, tp.partition, reached, ends.get(tp), STALL_PATIENCE_S,
-                    tp in consumer._paused_partitions, tp in consumer._buffered_partitions,
-                )  # fmt: skip
-                consumer.resume_partitions({tp})
-                consumer.on_buffer_drop(tp)
+    claim_scored_through(app, generations, scored,
+                         (bootstrap, settings.trajectories_topic), partitions,
+                         settings.group_check_s)  # fmt: skip
+    refetch_stalled_partitions(app, generations, settings.events_topic, scorer_topic)
 
     @app.task
     async def sequence() -> None:
         await run_sequencer(settings, bootstrap, config, buffer, on_emitted=metrics.samples.inc)
 
-    if buffer is not None:
-
-        @app.agent(app.topic(settings.metrics_topic, key_type=bytes, value_type=bytes))
-        async def train_steps(stream: faust.StreamT) -> None:
-            """The trainer's rows reach ClickHouse only through forge.metrics."""
-            async for event in stream.events():
-                step = await letters.decoded(event.message, TrainStep)
-                if step is not None:
-                    buffer.add(train_steps=[step])
-
-        @app.task
-        async def flush_sink() -> None:
-            """Batches reach ClickHouse every ``sink_flush_s`` (later while the store fails:
-            ``SinkBuffer`` backs off), and once more at shutdown."""
-            try:
-                while True:
-                    await asyncio.sleep(settings.sink_flush_s)
-                    buffer.flush()
-            finally:
-                buffer.flush(force=True)
-
-        sql = open_endpoint(settings, infra, before_query=buffer.flush)
-
-        @app.page("/query/")
-        async def query(web: Any, request: Any) -> Any:
-            """Read-only SQL for other processes: this worker owns the embedded store."""
-            reply = await sql.answer(
-                request.headers.get("Authorization"), request.query.get("sql", "")
-            )
-            return web.json(reply.body, status=reply.status)
-
     return app
 
 
 COMMIT_INTERVAL_S = 1.0
-METADATA_TIMEOUT_S = 10.0
-"""How long the broker may take to say what the events floors were committed with."""
-STALL_PATIENCE_S = 30.0
-"""How long an owned partition may go unfetched with records to read (``stall_watch``)."""
 OPEN_ROLLOUT_LIMIT = 2
 """Group timeouts of event time after its start that a rollout not ended is let go at."""
 MARK_KEEP = 3
@@ -545,24 +380,3 @@ def _generation(app: faust.App) -> int:
 
 def _scorers(state: LiveState | None) -> list[ScorerPartition]:
     return [] if state is None else list(state.scorers.values())
-
-
-def ended_topic(app_id: str) -> str:
-    return f"{app_id}.rollouts-ended"
-
-
-def settled_topic(app_id: str) -> str:
-    return f"{app_id}.groups-settled"
-
-
-def internal_topics(app_id: str, partitions: int) -> tuple[TopicSpec, ...]:
-    """The worker's internal topic (bundles of raw events), the marks of settled groups and
-    the scored-through claims (the newest of each partition is all the sequencer needs)."""
-    configs = {"compression.type": "zstd", "max.message.bytes": str(MAX_MESSAGE_BYTES)}
-    compacted = {**configs, "cleanup.policy": "compact"}
-    hourly = {**compacted, "segment.ms": "3600000"}  # a sequencer term reads all of it
-    return (
-        TopicSpec(ended_topic(app_id), Envelope, partitions, configs),
-        TopicSpec(settled_topic(app_id), Envelope, partitions, compacted),
-        TopicSpec(scored_through_topic(app_id), Envelope, partitions, hourly),
-    )

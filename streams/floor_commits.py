@@ -12,15 +12,24 @@ metadata, so the commit here is its own, made on Faust's consumer thread as Faus
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from aiokafka import TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
-from aiokafka.errors import CommitFailedError
+from aiokafka.errors import CommitFailedError, KafkaError
 from aiokafka.structs import OffsetAndMetadata
 from faust.types import TP
+
+from streams.live_state import LiveState
+from streams.watermarks import newest_metadata, newest_of_metadata
+
+log = logging.getLogger(__name__)
+
+METADATA_TIMEOUT_S = 10.0
+"""How long the broker may take to say what the events floors were committed with."""
 
 
 async def commit_with_metadata(consumer: Any, offsets: Mapping[TP, tuple[int, str]]) -> bool:
@@ -62,3 +71,61 @@ async def committed_metadata(
     finally:
         await admin.close()
     return {tp: (found[tp].metadata or "") if tp in found else "" for tp in partitions}
+
+
+class FloorCommits:
+    """The worker's floors committed: each partition's (``streams.commit_floor``) that moved,
+    an events partition's with the event time below it, after ``before_commit`` (the sink's
+    flush, so a committed event's rows are stored unless the store is down)."""
+
+    def __init__(
+        self,
+        consumer: Callable[[], Any],
+        bootstrap: str,
+        group: str,
+        topics: tuple[str, str],
+        before_commit: Callable[[], object] | None,
+    ) -> None:
+        self.consumer = consumer  # Faust's, read when used: the app makes it late
+        self.bootstrap = bootstrap
+        self.group = group
+        self.events_topic, self.scorer_topic = topics
+        self.before_commit = before_commit
+
+    async def seed_progress(self, state: LiveState, partitions: set[int]) -> bool:
+        """The newest event time each events partition's floor was committed with, merged in
+        once per generation before its first watermark or commit; False while the broker does
+        not say."""
+        unseeded = state.progress.unseeded(partitions)
+        if not unseeded:
+            return True
+        tps = [TopicPartition(self.events_topic, p) for p in sorted(unseeded)]
+        try:
+            found = await committed_metadata(self.bootstrap, self.group, tps, METADATA_TIMEOUT_S)
+        except (KafkaError, TimeoutError) as error:
+            log.warning("the events floors' event times not read: %r", error)  # the broker away
+            return False
+        for tp, raw in found.items():
+            state.progress.seed(tp.partition, newest_of_metadata(raw))
+        return True
+
+    async def commit(self, state: LiveState | None) -> None:
+        if state is None:
+            return
+        floors = state.floors(self.events_topic, self.scorer_topic)
+        events = {p for t, p in floors if t == self.events_topic}
+        if events and not await self.seed_progress(state, events):
+            floors = {(t, p): at for (t, p), at in floors.items() if t != self.events_topic}
+        if not floors:
+            return
+        if self.before_commit is not None:
+            self.before_commit()
+        offsets = {
+            TP(t, p): (
+                at,
+                newest_metadata(state.progress.below_floor(p, at)) if p in events else "",
+            )
+            for (t, p), at in floors.items()
+        }
+        if await commit_with_metadata(self.consumer(), offsets):
+            state.committed.update(floors)

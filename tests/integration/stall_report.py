@@ -15,7 +15,7 @@ from infra.kafka_clients import Delivered, admin_client, sync_consumer
 from infra.log_reader import LogRange, read_log
 from schemas.records import Envelope, RolloutStarted, Trajectory
 from schemas.topics import EVENTS, TRAJECTORIES, TopicSpec
-from streams.app import ended_topic, settled_topic
+from streams.internal_topics import ended_topic, settled_topic
 
 
 def topic_messages(kafka: str, topic: str) -> list:  # type: ignore[type-arg]

@@ -21,8 +21,8 @@ from infra.kafka_clients import ensure_topics, sync_consumer, sync_producer
 from schemas import codec
 from schemas.records import TrainSample
 from schemas.topics import POLICY, QUEUE, TRAJECTORIES, TopicSpec, derived_train_topic
-from streams.app import internal_topics
 from streams.config import StreamsSettings
+from streams.internal_topics import internal_topics
 from streams.live_sequencer import run_sequencer
 from streams.pipeline import PipelineConfig, process_log
 from streams.scored_through import ScoredThrough, scored_through_topic

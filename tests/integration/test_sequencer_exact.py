@@ -23,7 +23,7 @@ from infra.local_broker import free_port
 from schemas import codec
 from schemas.records import QueueEntry
 from schemas.topics import EVENTS, QUEUE, TRAJECTORIES
-from streams.app import ended_topic
+from streams.internal_topics import ended_topic
 from streams.pipeline import PipelineConfig, process_log
 from tests.builders import T0
 from tests.integration.logged_process import LoggedProcess

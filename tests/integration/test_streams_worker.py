@@ -34,7 +34,7 @@ from schemas.topics import (
     derived_train_topic,
 )
 from streams import bundles
-from streams.app import ended_topic
+from streams.internal_topics import ended_topic
 from streams.pipeline import PipelineConfig, process_log
 from tests.builders import T0
 from tests.integration.logged_process import LoggedProcess

@@ -9,7 +9,7 @@ from pathlib import Path
 import faust
 from clickhouse_connect.driver.exceptions import OperationalError
 
-from streams.app import FlushSinkBeforeCommit
+from streams.analytics_wiring import FlushSinkBeforeCommit
 from streams.sinks import SinkBuffer
 from tests.builders import T0
 from tests.unit.streams.test_train_step_sink import record
