@@ -1,8 +1,9 @@
-"""Per-token log-probs of completion tokens: one packed tree pass, or naively per sequence.
+"""Per-token log-probs of completion tokens in one packed tree pass.
 
-Both return the same numbers (to fp32 tolerance): in the tree, a token's logits come from its
-parent's packed position, which for the first token of a branch is the last token of the shared
-prefix — not the preceding index in the row.
+They equal each sequence's own pass to fp32 tolerance (the tests' reference,
+``tests/reference_logprobs.py``): in the tree, a token's logits come from its parent's packed
+position, which for the first token of a branch is the last token of the shared prefix — not
+the preceding index in the row.
 """
 
 from __future__ import annotations
@@ -79,15 +80,3 @@ def tree_logprobs(
         sizes.append(positions_in_seq.shape[0])
     flat = _gather_logprobs(logits.float(), np.concatenate(preds), np.concatenate(targets))
     return list(torch.split(flat, sizes))
-
-
-def naive_logprobs(model: Any, sequences: Sequence[CallSequence]) -> list[torch.Tensor]:
-    """The reference: each sequence on its own with a plain causal mask."""
-    device = next(model.parameters()).device
-    out = []
-    for seq in sequences:
-        ids = torch.from_numpy(seq.tokens.astype(np.int64)).to(device)[None]
-        logits = model(input_ids=ids).logits[0].float()
-        positions = np.arange(seq.prompt_len, seq.tokens.shape[0])
-        out.append(_gather_logprobs(logits, positions - 1, seq.tokens[positions]))
-    return out

@@ -20,8 +20,8 @@ from schemas import codec
 from schemas.records import EventsVoided, ModelRequest, ModelResponse, PolicyUpdated
 from streams.assembler import RolloutAssembly
 from tests.gateway_harness import running_gateway
+from tests.reference_logprobs import naive_logprobs
 from trainer.sequences import CallSequence
-from trainer.tree_forward import naive_logprobs
 
 pytestmark = pytest.mark.integration
 

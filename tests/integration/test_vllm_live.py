@@ -21,9 +21,9 @@ import torch
 from infra.kafka_clients import sync_producer
 from schemas import codec
 from schemas.records import ModelRequest, ModelResponse, PolicyUpdated
+from tests.reference_logprobs import naive_logprobs
 from tests.vllm_fixture import VLLM_MISSING, live_vllm_server, running_vllm_gateway, vllm_python
 from trainer.sequences import CallSequence
-from trainer.tree_forward import naive_logprobs
 
 pytestmark = [
     pytest.mark.integration,

@@ -10,12 +10,12 @@ import torch
 
 from infra.tiny_model import build_model
 from tests.builders import train_sample
+from tests.reference_logprobs import naive_logprobs
 from trainer.batch_loss import accumulate_batch_gradients
 from trainer.diagnostics import k3_kl, ratio_stats
 from trainer.losses import LossInputs, select_loss
 from trainer.sequences import call_sequences
 from trainer.timing import Stopwatch
-from trainer.tree_forward import naive_logprobs
 
 VOCAB = 300
 CISPO = select_loss("cispo", eps_high=0.2, tis_cap=2.0, icepop_low=0.5, icepop_high=5.0)

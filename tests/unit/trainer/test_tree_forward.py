@@ -9,11 +9,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from infra.tiny_model import build_model
+from tests.reference_logprobs import naive_logprobs
 from tests.unit.trainer.test_prefix_tree import forests
 from trainer.losses import LossInputs, cispo_loss
 from trainer.prefix_tree import build_forest, pack_rows
 from trainer.sequences import CallSequence
-from trainer.tree_forward import naive_logprobs, tree_logprobs
+from trainer.tree_forward import tree_logprobs
 
 VOCAB = 64
 
