@@ -3,7 +3,8 @@
 forge.events → rollouts assembled → complete groups scored into forge.trajectories → the
 event-time sequencer's windowed FIFO → forge.train. The live worker wires pure cores to Kafka;
 a replay runs the same cores as one function over a stretch of the log. Each module is marked
-pure (no Kafka, network, files or processes) or I/O.
+pure (no Kafka, network, files or processes) or I/O. ``streams/README.md`` draws the path of one
+event through them.
 
 The live worker:
 - worker_process — the `forge-rl streams` process: Faust's worker, with a bounded stop (I/O)
