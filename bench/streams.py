@@ -15,8 +15,11 @@ agent built as the live worker's that only reads and decodes a copy of the backl
 worker's work. Before anything is timed, --warmup rollouts go untimed through
 the replay and one live worker: a freshly started broker's JVM compiles as it goes (its CPU
 for the same live backlog fell from 17.7 s in its first run to 9.4 s in its second), which
-a long run does not see. Memory: peak RSS in process, and the live worker's peak RSS
-while it holds --inflight rollouts that have started but not ended.
+a long run does not see. Once the workers have caught up, one more group is written: from its
+last event's acknowledgement to its last sample on forge.train is the end-of-log latency,
+printed beside what the worker's settings allow (idle_flush_s + group_check_s + 1 s). Memory:
+peak RSS in process, and the live worker's peak RSS while it holds --inflight rollouts that
+have started but not ended.
 
     python bench/streams.py [--rollouts 2000] [--inflight 10000] [--calls 2] [--warmup 1000]
                             [--timeline PNG]
@@ -72,6 +75,7 @@ from schemas.topics import (  # noqa: E402
     TopicSpec,
     derived_train_topic,
 )
+from streams.config import StreamsSettings  # noqa: E402
 from streams.internal_topics import ended_topic  # noqa: E402
 from streams.pipeline import PipelineConfig, process_log  # noqa: E402
 from streams.replay import ReplaySources, run_replay  # noqa: E402
@@ -231,6 +235,12 @@ class LiveRun:
     cpu_s: float
     """The workers' CPU from the first bundle to the last sample."""
     peak_rss_mb: float
+    end_of_log_s: float
+    """A group written once the workers have caught up: its last event in, its last sample out."""
+
+
+TAIL_ROLLOUTS = 8
+"""One group (``rollout_events`` groups rollouts by eight)."""
 
 
 def live_worker_rate(bootstrap: str, home: Path, rollouts: int, rng: np.random.Generator,
@@ -265,6 +275,13 @@ def live_worker_rate(bootstrap: str, home: Path, rollouts: int, rng: np.random.G
             assert time.monotonic() < deadline, f"the workers did not finish: {home}/rate*"
             time.sleep(0.5)
         cpu.append((time.time(), _tree_cpu_s_of(group)))  # a reading past the last sample
+        backlog_end = max(samples.times)
+        produce(bootstrap, topics, rollouts, TAIL_ROLLOUTS, finished=True, rng=rng, calls=calls)
+        last_in = time.time()  # the last event acknowledged
+        while len(samples.read()) < rollouts + TAIL_ROLLOUTS:
+            assert time.monotonic() < deadline, f"the last group was not trained: {home}/rate*"
+            time.sleep(0.1)
+        end_of_log = max(samples.times) - last_in
     finally:
         watch.close()
         samples.close()
@@ -272,14 +289,23 @@ def live_worker_rate(bootstrap: str, home: Path, rollouts: int, rng: np.random.G
             worker.send_signal(signal.SIGTERM)
         for worker in group:
             worker.wait(60)
-    times = record_times(bootstrap, topics[TRAJECTORIES.name])
-    bundle_times = [r.timestamp / 1000 for r in records(bootstrap, ended_topic(app_id)) if r.value]
-    first_write, last_sample = min(bundle_times), max(samples.times)
+
+    def backlog(times: list[float]) -> list[float]:
+        return [t for t in times if t <= backlog_end]  # the last group's came after
+
+    times = backlog(record_times(bootstrap, topics[TRAJECTORIES.name]))
+    bundle_times = backlog(
+        [r.timestamp / 1000 for r in records(bootstrap, ended_topic(app_id)) if r.value]
+    )
+    sample_times = backlog(samples.times)
+    first_write, last_sample = min(bundle_times), max(sample_times)
     if timeline is not None:
-        draw_timeline(timeline, first_write, bundle_times, times, samples.times, cpu, workers)
+        draw_timeline(timeline, first_write, bundle_times, times, sample_times, cpu, workers)
     walls, used = zip(*cpu, strict=True)
     cpu_s = float(np.diff(np.interp([first_write, last_sample], walls, used))[0])
-    return LiveRun(sent, last_sample - first_write, max(times) - first_write, cpu_s, peak)
+    return LiveRun(
+        sent, last_sample - first_write, max(times) - first_write, cpu_s, peak, end_of_log
+    )
 
 
 class SampleWatch:
@@ -421,6 +447,7 @@ def main() -> None:
     table = Table("measurement", "events", "seconds", "events/s", "CPU s", "events/CPU s",
                   "peak RSS MiB")  # fmt: skip
     ratios: list[str] = []
+    end_of_log: list[str] = []
 
     base_rss = psutil.Process().memory_info().rss / 2**20
     encoded: list[bytes] = []
@@ -483,6 +510,7 @@ def main() -> None:
                 f"(to the last trajectory {run.events / run.to_trajectories / replay_rate:.2f}x; "
                 f"a CPU-second {run.events / run.cpu_s * replay_cpu / count:.2f}x)"
             )
+            end_of_log.append(f"{workers} worker(s) {run.end_of_log_s:.1f} s")
         with console.status(f"live worker holding {args.inflight} rollouts in flight…"):
             held, seconds, peak = live_worker_inflight_rss(
                 bootstrap, home, args.inflight, rng, args.calls
@@ -499,6 +527,13 @@ def main() -> None:
                   f"{2 * args.calls + 2} per rollout")  # fmt: skip
     console.print(table)
     console.print(f"live / replay events/s: {'; '.join(ratios)}")
+    worker = StreamsSettings()
+    allowed = worker.idle_flush_s + worker.group_check_s + 1
+    console.print(
+        f"end of log, the last event in to the last sample out (one group of {TAIL_ROLLOUTS} "
+        f"written once caught up): {'; '.join(end_of_log)}; idle_flush_s {worker.idle_flush_s} "
+        f"+ one watermark round ({worker.group_check_s} s) + 1 s = {allowed:.1f} s"
+    )
     replay_us, floor_us = 1e6 * replay_cpu / count, 1e6 * floor_cpu / floor_count
     console.print(
         f"CPU an event: the replay's whole pipeline {replay_us:.0f} µs; a Faust agent only "
