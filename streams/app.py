@@ -31,7 +31,7 @@ import time
 from dataclasses import replace
 from datetime import timedelta
 from functools import partial
-from typing import Any, cast
+from typing import Any
 
 import faust
 from aiokafka.errors import KafkaError
@@ -55,6 +55,7 @@ from streams.faust_transport import (
     BATCHES_BUFFERED,
     BatchCountingMonitor,
     Transport,
+    consumer_generation,
     current_records,
 )
 from streams.floor_commits import FloorCommits
@@ -149,18 +150,18 @@ def create_streams_app(
         events_topic=settings.events_topic,
         trajectories_topic=settings.trajectories_topic,
         open_groups=lambda: sum(
-            s.groups.open_groups for s in _scorers(generations.current(_generation(app)))
+            s.groups.open_groups for s in _scorers(generations.current(consumer_generation(app)))
         ),
     )
     serve_metrics(metrics.registry, infra.metrics_port, infra.metrics_bind)
     letters = DeadLetters(dlq, settings.app_id)
     buffer = wire_analytics(app, settings, infra, letters)
     floor_commits = FloorCommits(
-        lambda: app.consumer,
+        app,
         bootstrap,
-        settings.app_id,
-        (settings.events_topic, scorer_topic),
-        None if buffer is None else buffer.flush,
+        events_topic=settings.events_topic,
+        scorer_topic=scorer_topic,
+        before_commit=None if buffer is None else buffer.flush,
     )
 
     async def send_bundle(rollouts: OpenRollouts, done: EndedRollout, message: Any) -> None:
@@ -315,7 +316,7 @@ def create_streams_app(
         (``streams.watermarks``); each round is written before the next one's check, as the
         horizon's rule needs."""
         async for _ in app.itertimer(settings.group_check_s, name="watermarks"):
-            state = generations.at(_generation(app))
+            state = generations.at(consumer_generation(app))
             if state is None:
                 continue
             try:
@@ -328,7 +329,7 @@ def create_streams_app(
         """Open groups past their timeout get a tick on their own partition (groups change
         only inside the agent), carrying the event time it may assume: the horizon of that
         partition; marks past keeping are forgotten, in the topic too."""
-        state = generations.current(_generation(app))
+        state = generations.current(consumer_generation(app))
         for partition, scorer in list(state.scorers.items() if state else ()):
             horizon = scorer.horizon.horizon(partitions)
             if horizon is None:
@@ -342,16 +343,22 @@ def create_streams_app(
 
     @app.timer(interval=COMMIT_INTERVAL_S)
     async def commit_regularly() -> None:
-        await floor_commits.commit(generations.current(_generation(app)))
+        await floor_commits.commit(generations.current(consumer_generation(app)))
 
     @app.on_partitions_revoked.connect  # type: ignore[arg-type]
     async def commit_before_revoke(sender: Any, revoked: set[TP], **kwargs: Any) -> None:
         """The next owner (maybe this worker) reads again from the floors committed here."""
-        await floor_commits.commit(generations.current(_generation(app)))
+        await floor_commits.commit(generations.current(consumer_generation(app)))
 
-    claim_scored_through(app, generations, scored,
-                         (bootstrap, settings.trajectories_topic), partitions,
-                         settings.group_check_s)  # fmt: skip
+    claim_scored_through(
+        app,
+        generations,
+        scored,
+        bootstrap=bootstrap,
+        trajectories_topic=settings.trajectories_topic,
+        partitions=partitions,
+        group_check_s=settings.group_check_s,
+    )
     refetch_stalled_partitions(app, generations, settings.events_topic, scorer_topic)
 
     @app.task
@@ -372,10 +379,6 @@ rollout is held open, so nothing of the group can arrive later."""
 def _bundles_of(events_partition: int) -> tuple[str, int]:
     """The deliveries' tag of the bundles sent from one forge.events partition."""
     return ("bundles", events_partition)
-
-
-def _generation(app: faust.App) -> int:
-    return cast(int, app.consumer_generation_id)
 
 
 def _scorers(state: LiveState | None) -> list[ScorerPartition]:

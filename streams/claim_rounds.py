@@ -7,13 +7,13 @@ from __future__ import annotations
 import asyncio
 import logging
 from datetime import datetime
-from typing import Any, cast
 
 import faust
 from aiokafka.errors import KafkaError
 from faust.exceptions import ProducerSendError
 
 from infra.kafka_clients import EndOffsets, topic_partitions
+from streams.faust_transport import consumer_generation
 from streams.live_state import Generations
 from streams.scored_through import ScoredThrough
 
@@ -23,20 +23,21 @@ log = logging.getLogger(__name__)
 def claim_scored_through(
     app: faust.App,
     generations: Generations,
-    claims_topic: Any,
-    trajectories: tuple[str, str],
+    claims_topic: faust.types.TopicT,
+    *,
+    bootstrap: str,
+    trajectories_topic: str,
     partitions: int,
     group_check_s: float,
 ) -> None:
-    """Adds the claims' task to ``app``; ``trajectories`` is the broker and the topic the
-    claims name the ends of, ``partitions`` the scorer topic's count."""
-    bootstrap, trajectories_topic = trajectories
+    """Adds the claims' task to ``app``; the claims name the ends of ``trajectories_topic``,
+    ``partitions`` is the scorer topic's count."""
     trajectory_partitions = topic_partitions(bootstrap, (trajectories_topic,))
 
     async def send_claims(trajectory_ends: EndOffsets) -> None:
         """Each scorer partition this worker owns claims how far its trajectories are written.
         The ends are asked after the claims are made: what each covers lies below them."""
-        state = generations.current(cast(int, app.consumer_generation_id))
+        state = generations.current(consumer_generation(app))
         claims: dict[int, tuple[datetime, bool, datetime | None]] = {}
         for partition, scorer in list(state.scorers.items() if state else ()):
             horizon = scorer.horizon.horizon(partitions)

@@ -72,6 +72,11 @@ BATCHES_BUFFERED = 4
 before Faust stops fetching for it: Faust's default of 4,096 counts records."""
 
 
+def consumer_generation(app: Any) -> int:
+    """The consumer-group generation Faust's consumer is in now (``streams.live_state``)."""
+    return cast(int, app.consumer_generation_id)
+
+
 def current_records(app: Any, event: Any) -> Iterator[ConsumerRecord[bytes, bytes]]:
     """A batch's records, each while the flow is active and the batch's generation current:
     the check Faust makes before each event it delivers, made before each record. A rebalance

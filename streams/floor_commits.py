@@ -80,16 +80,16 @@ class FloorCommits:
 
     def __init__(
         self,
-        consumer: Callable[[], Any],
+        app: Any,
         bootstrap: str,
-        group: str,
-        topics: tuple[str, str],
+        *,
+        events_topic: str,
+        scorer_topic: str,
         before_commit: Callable[[], object] | None,
     ) -> None:
-        self.consumer = consumer  # Faust's, read when used: the app makes it late
+        self.app = app  # its consumer is made later, read when committing
         self.bootstrap = bootstrap
-        self.group = group
-        self.events_topic, self.scorer_topic = topics
+        self.events_topic, self.scorer_topic = events_topic, scorer_topic
         self.before_commit = before_commit
 
     async def seed_progress(self, state: LiveState, partitions: set[int]) -> bool:
@@ -101,7 +101,9 @@ class FloorCommits:
             return True
         tps = [TopicPartition(self.events_topic, p) for p in sorted(unseeded)]
         try:
-            found = await committed_metadata(self.bootstrap, self.group, tps, METADATA_TIMEOUT_S)
+            found = await committed_metadata(
+                self.bootstrap, self.app.conf.id, tps, METADATA_TIMEOUT_S
+            )
         except (KafkaError, TimeoutError) as error:
             log.warning("the events floors' event times not read: %r", error)  # the broker away
             return False
@@ -127,5 +129,5 @@ class FloorCommits:
             )
             for (t, p), at in floors.items()
         }
-        if await commit_with_metadata(self.consumer(), offsets):
+        if await commit_with_metadata(self.app.consumer, offsets):
             state.committed.update(floors)

@@ -13,6 +13,7 @@ from aiokafka.errors import KafkaError
 from faust.exceptions import ConsumerNotStarted
 from faust.types import TP
 
+from streams.faust_transport import consumer_generation
 from streams.live_state import Generations
 from streams.stall_watch import StallWatch
 
@@ -32,7 +33,7 @@ def refetch_stalled_partitions(
     @app.timer(interval=STALL_PATIENCE_S / 3)
     async def refetch_stalled() -> None:
         consumer = cast(Any, app.consumer)
-        state = generations.current(cast(int, app.consumer_generation_id))
+        state = generations.current(consumer_generation(app))
         streams = {tp for tp in consumer.assignment() if tp.topic in (events_topic, scorer_topic)}
         stalls.keep_only(streams)
         if not streams or state is None:
