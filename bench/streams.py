@@ -3,10 +3,10 @@
 Side by side on the same events: the pure pipeline in process (decode, assemble, score,
 windowed FIFO); `forge-rl replay` through the real broker; and the live Faust worker
 (`forge-rl streams`, sink on) working through a backlog of --rollouts on forge.events,
-timed by record timestamps from its first rollout's bundle (sent once that rollout's events
-are read) to its last ordered sample on forge.train (the replay's timing ends there too), so
-the worker's start-up is not counted but all its work is, the sequencer's included — one
-worker, then
+timed by record timestamps from its first group's trajectories (written once that group's
+events are read) to its last ordered sample on forge.train (the replay's timing ends there
+too), so the worker's start-up is not counted but all its work is, the sequencer's included —
+one worker, then
 two in one group (each with its own embedded analytics store; the bench's broker waits 3 s
 for a new group's members, as Kafka does by default) on a fresh copy of the backlog;
 then the live/replay ratios. Beside them, the least any Faust worker spends on an event: an
@@ -76,10 +76,10 @@ from schemas.topics import (  # noqa: E402
     derived_train_topic,
 )
 from streams.config import StreamsSettings  # noqa: E402
-from streams.internal_topics import ended_topic  # noqa: E402
+from streams.internal_topics import watermarks_topic  # noqa: E402
 from streams.pipeline import PipelineConfig, process_log  # noqa: E402
 from streams.replay import ReplaySources, run_replay  # noqa: E402
-from streams.watermarks import WATERMARK_HEADER, Watermark  # noqa: E402
+from streams.watermarks import Watermark  # noqa: E402
 
 T0 = datetime(2026, 11, 1, tzinfo=UTC)
 
@@ -181,14 +181,12 @@ def record_times(bootstrap: str, topic: str) -> list[float]:
 
 
 def caught_up(bootstrap: str, app_id: str) -> bool:
-    """Whether the newest watermark of every events partition (on the scorer's topic: its
-    partition 0 gets them all) says it is processed to its end."""
+    """Whether the newest watermark of every events partition says it is processed to its
+    end."""
     newest: dict[int, Watermark] = {}
-    for record in records(bootstrap, ended_topic(app_id), partitions=(0,)):
-        for name, value in record.headers or ():
-            if name == WATERMARK_HEADER:
-                mark = Watermark.decode(value)
-                newest[mark.partition] = mark
+    for record in records(bootstrap, watermarks_topic(app_id)):
+        mark = Watermark.decode(record.value)
+        newest[mark.partition] = mark
     return len(newest) == EVENTS.partitions and all(m.caught_up for m in newest.values())
 
 
@@ -229,11 +227,11 @@ class LiveRun:
 
     events: int
     seconds: float
-    """From the first bundle to the last sample on forge.train."""
+    """From the first trajectory to the last sample on forge.train."""
     to_trajectories: float
-    """From the first bundle to the last trajectory: the sequencer's work and wait left out."""
+    """From the first trajectory to the last: the sequencer's work and wait left out."""
     cpu_s: float
-    """The workers' CPU from the first bundle to the last sample."""
+    """The workers' CPU from the first trajectory to the last sample."""
     peak_rss_mb: float
     end_of_log_s: float
     """A group written once the workers have caught up: its last event in, its last sample out."""
@@ -247,8 +245,8 @@ def live_worker_rate(bootstrap: str, home: Path, rollouts: int, rng: np.random.G
                      calls: int, workers: int = 1,
                      timeline: Path | None = None) -> LiveRun:  # fmt: skip
     """``workers`` workers in one group working through a backlog, timed from the first
-    bundle the workers send to the last sample on forge.train; with ``timeline``, a plot of
-    the three per half second and the workers' CPU."""
+    trajectory the workers write to the last sample on forge.train; with ``timeline``, a plot
+    of both per half second and the workers' CPU."""
     topics = fresh_topics(bootstrap, f"live{workers}")
     sent = produce(bootstrap, topics, 0, rollouts, finished=True, rng=rng, calls=calls)
     app_id = f"bench-{uuid.uuid4().hex[:8]}"
@@ -294,13 +292,10 @@ def live_worker_rate(bootstrap: str, home: Path, rollouts: int, rng: np.random.G
         return [t for t in times if t <= backlog_end]  # the last group's came after
 
     times = backlog(record_times(bootstrap, topics[TRAJECTORIES.name]))
-    bundle_times = backlog(
-        [r.timestamp / 1000 for r in records(bootstrap, ended_topic(app_id)) if r.value]
-    )
     sample_times = backlog(samples.times)
-    first_write, last_sample = min(bundle_times), max(sample_times)
+    first_write, last_sample = min(times), max(sample_times)
     if timeline is not None:
-        draw_timeline(timeline, first_write, bundle_times, times, sample_times, cpu, workers)
+        draw_timeline(timeline, first_write, times, sample_times, cpu, workers)
     walls, used = zip(*cpu, strict=True)
     cpu_s = float(np.diff(np.interp([first_write, last_sample], walls, used))[0])
     return LiveRun(
@@ -333,11 +328,10 @@ class SampleWatch:
         self.consumer.close()
 
 
-def draw_timeline(path: Path, start: float, bundles: list[float], trajectories: list[float],
-                  samples: list[float], cpu: list[tuple[float, float]],
-                  workers: int) -> None:  # fmt: skip
-    """Bundles, trajectories and ordered samples written per half second, and the workers'
-    CPU: where the stages run, overlap or wait."""
+def draw_timeline(path: Path, start: float, trajectories: list[float], samples: list[float],
+                  cpu: list[tuple[float, float]], workers: int) -> None:  # fmt: skip
+    """Trajectories and ordered samples written per half second, and the workers' CPU: where
+    the stages run, overlap or wait."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
@@ -346,11 +340,11 @@ def draw_timeline(path: Path, start: float, bundles: list[float], trajectories: 
     fig = Figure(figsize=(9, 4.5))
     FigureCanvasAgg(fig)
     ax = fig.add_subplot()
-    for label, times in (("bundles sent", bundles), ("trajectories sent", trajectories),
+    for label, times in (("trajectories written", trajectories),
                          ("samples written (forge.train)", samples)):  # fmt: skip
         counts, _ = np.histogram(np.asarray(times) - start, edges)
         ax.step(edges[:-1], counts * 2, where="post", label=label)
-    ax.set_xlabel("seconds since the first bundle")
+    ax.set_xlabel("seconds since the first trajectory")
     ax.set_ylabel("records per second")
     used = ax.twinx()
     at = [(t - start, (c2 - c1) / (t2 - t)) for (t, c1), (t2, c2) in itertools.pairwise(cpu)]

@@ -14,6 +14,7 @@ for command in (
     cli_services.trainer,
     cli_data.export,
     cli_data.replay,
+    cli_data.rekey_events,
     cli_data.analytics,
     cli_data.query,
     cli_data.report,

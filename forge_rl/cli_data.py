@@ -129,6 +129,28 @@ def replay(
         console.print(f"  {key}: {value}")
 
 
+@click.command("rekey-events")
+@click.option("--from", "start", help="First offset, or ISO timestamp (inclusive).")
+@click.option("--to", "end", help="End offset, or ISO timestamp (exclusive).")
+@click.option("--out-topic", "target", required=True, help="The new topic to copy it to.")
+@click.pass_context
+def rekey_events(ctx: click.Context, start: str | None, end: str | None, target: str) -> None:
+    """Copy forge.events, written keyed by rollout id, to a new topic keyed by group id: what
+    the live worker needs (point FORGE_STREAMS_EVENTS_TOPIC at it)."""
+    from infra.log_reader import LogRange
+    from schemas.topics import EVENTS
+    from streams.rekey import rekey_events as copy_rekeyed
+
+    bootstrap = require_bootstrap(infra_settings(ctx))
+    (from_offset, from_ts), (to_offset, to_ts) = _position(start), _position(end)
+    counts = copy_rekeyed(
+        bootstrap, EVENTS, target, LogRange(from_offset, to_offset, from_ts, to_ts)
+    )
+    console.print(f"{sum(counts.values())} records of {EVENTS.name} read -> {target}")
+    for what, count in sorted(counts.items()):
+        console.print(f"  {what}: {count}")
+
+
 @click.command()
 @click.argument("reports", nargs=-1, type=click.Choice(["rewards", "durations", "staleness",
                                                         "throughput", "training",

@@ -78,8 +78,6 @@ class FaustMonitor(Protocol):
     @property
     def messages_received_by_topic(self) -> Mapping[str, int]: ...
     @property
-    def messages_sent_by_topic(self) -> Mapping[str, int]: ...
-    @property
     def events_s(self) -> int: ...
     @property
     def tp_end_offsets(self) -> Mapping[Any, int]: ...
@@ -116,17 +114,15 @@ class _WorkerCollector(Collector):
         self,
         monitor: FaustMonitor,
         events_topic: str,
-        trajectories_topic: str,
         open_groups: Callable[[], int],
     ) -> None:
         self.monitor = monitor
         self.events_topic = events_topic
-        self.trajectories_topic = trajectories_topic
         self.open_groups = open_groups
 
     def collect(self) -> Iterator[Metric]:
         m = self.monitor
-        received, sent = dict(m.messages_received_by_topic), dict(m.messages_sent_by_topic)
+        received = dict(m.messages_received_by_topic)
         yield CounterMetricFamily(
             "forge_streams_events", "Records read from the events topic",
             value=received.get(self.events_topic, 0),
@@ -134,10 +130,6 @@ class _WorkerCollector(Collector):
         yield GaugeMetricFamily(
             "forge_streams_events_per_second", "Events the worker's agents processed in the "
             "last second (Faust's monitor)", value=m.events_s,
-        )  # fmt: skip
-        yield CounterMetricFamily(
-            "forge_streams_trajectories", "Scored trajectories sent",
-            value=sent.get(self.trajectories_topic, 0),
         )  # fmt: skip
         try:
             open_groups = self.open_groups()
@@ -166,13 +158,14 @@ class StreamsMetrics:
         monitor: FaustMonitor,
         *,
         events_topic: str,
-        trajectories_topic: str,
         open_groups: Callable[[], int],
     ) -> None:
         self.registry = process_registry()
-        self.registry.register(
-            _WorkerCollector(monitor, events_topic, trajectories_topic, open_groups)
-        )
+        self.registry.register(_WorkerCollector(monitor, events_topic, open_groups))
+        self.trajectories = Counter(
+            "forge_streams_trajectories", "Scored trajectories committed",
+            registry=self.registry,
+        )  # fmt: skip
         self.samples = Counter(
             "forge_streams_samples", "Ordered samples written to the train topic",
             registry=self.registry,

@@ -31,3 +31,8 @@ class RememberingPartitioner:
         if key is None:  # no key: a random available partition, as the default does
             return int(self._unkeyed(key, all_partitions, available))
         return all_partitions[(self._hash(key) & 0x7FFFFFFF) % len(all_partitions)]
+
+
+def partition_of_key(key: bytes, partitions: int) -> int:
+    """The partition Kafka's default partitioner gives ``key``, of ``partitions``."""
+    return (murmur2(key) & 0x7FFFFFFF) % partitions

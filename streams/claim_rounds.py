@@ -1,5 +1,5 @@
 """The worker's task that sends the scored-through claims (``streams.scored_through``, the
-sequencer's watermark) every ``group_check_s``: the I/O shell around the scorers' pure
+sequencer's watermark) every ``group_check_s``: the I/O shell around the partitions' pure
 ``scored_through`` and ``idle``."""
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from infra.kafka_clients import EndOffsets, topic_partitions
 from streams.faust_transport import consumer_generation
 from streams.live_state import Generations
 from streams.scored_through import ScoredThrough
+from streams.watermarks import SharedHorizon
 
 log = logging.getLogger(__name__)
 
@@ -24,6 +25,7 @@ def claim_scored_through(
     app: faust.App,
     generations: Generations,
     claims_topic: faust.types.TopicT,
+    horizon: SharedHorizon,
     *,
     bootstrap: str,
     trajectories_topic: str,
@@ -31,20 +33,23 @@ def claim_scored_through(
     group_check_s: float,
 ) -> None:
     """Adds the claims' task to ``app``; the claims name the ends of ``trajectories_topic``,
-    ``partitions`` is the scorer topic's count."""
+    ``partitions`` is forge.events' count."""
     trajectory_partitions = topic_partitions(bootstrap, (trajectories_topic,))
 
     async def send_claims(trajectory_ends: EndOffsets) -> None:
-        """Each scorer partition this worker owns claims how far its trajectories are written.
-        The ends are asked after the claims are made: what each covers lies below them."""
+        """Each events partition this worker owns claims how far its trajectories are written,
+        once it has processed what the horizon's marks of it count. The ends are asked after
+        the claims are made: what each covers lies below them."""
         state = generations.current(consumer_generation(app))
-        claims: dict[int, tuple[datetime, bool, datetime | None]] = {}
-        for partition, scorer in list(state.scorers.items() if state else ()):
-            horizon = scorer.horizon.horizon(partitions)
-            if horizon is not None:
-                idle = scorer.horizon.still(partitions) and scorer.groups.idle(horizon)
-                through = scorer.groups.scored_through(horizon)
-                claims[partition] = through, idle, scorer.horizon.newest
+        reached = horizon.horizon(partitions)
+        if state is None or reached is None:
+            return
+        claims: dict[int, tuple[datetime, bool]] = {}
+        for partition, work in list(state.partitions.items()):
+            if horizon.counted(partition) > state.progress.counted(partition):
+                continue
+            idle = horizon.still(partitions) and work.groups.idle(reached)
+            claims[partition] = work.groups.scored_through(reached), idle
         if not claims:
             return
         if not trajectory_partitions:  # metadata not there yet: claims naming none are void
@@ -58,8 +63,8 @@ def claim_scored_through(
             log.warning("scored-through claims skipped this round: %r", error)  # the broker away
             return
         by_partition = {tp.partition: offset for tp, offset in ends.items()}
-        for partition, (through, idle, newest) in claims.items():
-            claim = ScoredThrough(partition, partitions, through, by_partition, idle, newest)
+        for partition, (through, idle) in claims.items():
+            claim = ScoredThrough(partition, partitions, through, by_partition, idle)
             try:
                 await claims_topic.send(
                     key=str(partition).encode(), value=claim.encode(), partition=partition
@@ -69,7 +74,7 @@ def claim_scored_through(
 
     @app.task
     async def send_claims_regularly() -> None:
-        """Every ``group_check_s``, half a round after the watermarks (time for the scorers to
+        """Every ``group_check_s``, half a round after the watermarks (time for the horizons to
         read a round): a claim made as a round is sent counts the round before, and its
         samples wait a round longer. Each timer keeps its own pace: a slow round of one does
         not hold the other."""

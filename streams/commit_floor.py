@@ -1,11 +1,11 @@
 """The offset an input partition may be committed at when its state lives only in memory (pure).
 
-The live worker keeps no changelog of open rollouts or groups: the input partition is their
+The live worker keeps no changelog of open rollouts or groups: the events partition is their
 log, and a restart rebuilds them by reading it again from the committed offset. So that offset
-never passes the first message of anything still held — a rollout not yet ended and sent on,
-a group not yet settled and its outputs acknowledged — and otherwise only messages already
-processed. Kafka's own committed offset is then all a restart needs: what lies before it is
-done, by identity of what was held, never by a count.
+never passes the first record of anything still held — a rollout whose group's outputs are
+not committed — and otherwise only records already processed. Kafka's own committed offset
+is then all a restart needs: what lies before it is done, by identity of what was held, never
+by a count.
 """
 
 from __future__ import annotations

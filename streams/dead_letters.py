@@ -39,10 +39,10 @@ class DeadLetters:
             consumer=self.consumer, ts=datetime.now(UTC), key=key, value=value,
         ))  # fmt: skip
 
-    async def of_message(self, message: Any, reason: str, value: bytes | None = None) -> None:
-        """The message read, or ``value`` in its stead (a bundle), with the reason."""
+    async def of_message(self, message: Any, reason: str) -> None:
+        """The message read, with the reason."""
         await self.of(message.topic, message.partition, message.offset, reason, message.key,
-                      message.value if value is None else value)  # fmt: skip
+                      message.value)  # fmt: skip
 
     async def decoded(self, message: Any, record_type: type[R]) -> R | None:
         """The record a message (Faust's, or aiokafka's from a batch) holds, or None once it

@@ -1,11 +1,11 @@
 """The newest event time below a forge.events partition's floor, committed with it (pure).
 
-A record below the committed floor is done: whatever it started has ended and its bundle is
-acknowledged. A next owner reads the partition again only from the floor, so the event time of
-the records before it comes with the commit (``streams.floor_commits``). Not the newest event
-processed: a record above the floor may end a rollout whose bundle is not acknowledged yet, and
-a horizon that started past it could time its group out before the next owner, reading the
-record again, sends the bundle again.
+A record below the committed floor is done: whatever it started has ended and its group's
+outputs are committed. A next owner reads the partition again only from the floor, so the event
+time of the records before it comes with the commit (``streams.group_writes``) and is read back
+at the takeover (``streams.owned_partitions``). Not the newest event processed: a record above
+the floor may end a rollout whose group is not committed yet, and a horizon that started past
+it could time that group out before the next owner reads the record again.
 """
 
 from __future__ import annotations

@@ -1,9 +1,9 @@
-"""What fits one Kafka message: the limit a bundle or a trajectory must keep to.
+"""What fits one Kafka message: the limit a rollout's events and a trajectory must keep to.
 
-A rollout's bundle travels as one message (the worker's internal topic, keyed by group); a
-trajectory goes to forge.trajectories and, as a sample, to forge.train. One larger than a
-message cannot be sent: it is dead-lettered (live) or left out (replay) by the same rule,
-instead of killing the worker or the replay.
+A rollout the worker cannot score goes to forge.dlq whole, as one message
+(``streams.rollout_letters``); a trajectory goes to forge.trajectories and, as a sample, to
+forge.train. One larger than a message cannot be sent: it is dead-lettered (live) or left out
+(replay) by the same rule, instead of killing the worker or the replay.
 """
 
 from __future__ import annotations

@@ -1,11 +1,15 @@
-"""The assembler's open rollouts of one forge.events partition, held in memory (pure).
+"""The open rollouts of one forge.events partition, held in memory (pure).
 
-There is no changelog: the partition is their log. An open rollout is held at the offset of
-its RolloutStarted (``streams.commit_floor``) until its bundle is sent on and acknowledged, so
-a restart — or a new owner after a rebalance — reads the partition again from the committed
-floor and rebuilds exactly the rollouts still open. Rollouts that ended after the floor are
-assembled and sent again (the scorer keeps one copy of a member); events of rollouts whose
-start lies before the floor are not admitted (``assembler.admits``): those ended before it.
+There is no changelog: the partition is their log. A rollout is held at the offset of its
+RolloutStarted (``streams.commit_floor``) until the caller releases it — once its group's
+trajectories and mark are committed, or it is dead-lettered — so a restart, or a new owner
+after a rebalance, reads the partition again from the committed floor and rebuilds exactly
+the rollouts whose groups are not settled. Events of rollouts whose start lies before the
+floor are not admitted (``assembler.admits``): those were settled before it.
+
+Each event is decoded once, by the caller: the rollout is assembled from the envelopes as
+they arrive, and its raw messages are kept beside them only for a dead letter of the whole
+rollout (``streams.rollout_letters``).
 
 A rollout not ended ``expire_after`` of the partition's event time after its start is let
 go, so that one agent that never finishes (the gateway aborts it, but a log may hold anything)
@@ -16,22 +20,23 @@ writing its partition differ by more than a group timeout.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from schemas.records import Envelope, RolloutStarted
-from streams import bundles
-from streams.assembler import admits, is_end
+from streams.assembler import RolloutAssembly, admits
 from streams.commit_floor import CommitFloor
 
 
 @dataclass(frozen=True)
 class EndedRollout:
     rollout_id: str
-    group: bytes
-    """The key of its group's partition of the scorer's topic."""
-    bundle: bytes
-    """Its admitted messages as they arrived (``streams.bundles``)."""
+    group: str
+    offset: int
+    """Of its RolloutStarted."""
+    assembly: RolloutAssembly
+    messages: tuple[bytes, ...]
+    """Its admitted messages as they arrived."""
 
 
 @dataclass(frozen=True)
@@ -47,8 +52,8 @@ class _Open:
     offset: int
     started_ts: datetime
     group: str
+    assembly: RolloutAssembly
     messages: list[bytes]
-    event_ids: set[str] = field(default_factory=set)
 
 
 class OpenRollouts:
@@ -66,7 +71,7 @@ class OpenRollouts:
 
     def add(self, offset: int, envelope: Envelope, raw: bytes) -> EndedRollout | None:
         """Admit the event read at ``offset`` (``raw``: its message). The event that ends its
-        rollout returns the rollout's bundle, for the caller to send on and then ``sent``."""
+        rollout returns it, still held until ``release``."""
         self.floor.processed(offset)
         if self._newest is None or envelope.ts > self._newest:
             self._newest = envelope.ts
@@ -74,24 +79,26 @@ class OpenRollouts:
         rollout = self._open.get(rid)
         if rollout is None:
             if not admits((), False, False, envelope) or self.floor.holds(rid):
-                return None  # its start is before the floor, or its bundle is on its way
+                return None  # its start is before the floor, or it ended and is held
             started = envelope.payload
             assert isinstance(started, RolloutStarted)
-            self._open[rid] = _Open(offset, envelope.ts, started.group_id, [raw],
-                                    {envelope.event_id})  # fmt: skip
+            assembly = RolloutAssembly(rid)
+            assembly.add(envelope)
+            self._open[rid] = _Open(offset, envelope.ts, started.group_id, assembly, [raw])
             self.floor.hold(rid, offset)
             return None
-        if not admits(rollout.event_ids, True, False, envelope):
+        if not rollout.assembly.add(envelope):
             return None
         rollout.messages.append(raw)
-        rollout.event_ids.add(envelope.event_id)
-        if not is_end(envelope):
+        if rollout.assembly.ended is None:
             return None
         del self._open[rid]
-        return EndedRollout(rid, rollout.group.encode(), bundles.pack(rollout.messages))
+        return EndedRollout(rid, rollout.group, rollout.offset, rollout.assembly,
+                            tuple(rollout.messages))  # fmt: skip
 
-    def sent(self, rollout_id: str) -> None:
-        """The rollout's bundle is acknowledged (or dead-lettered): the floor may pass it."""
+    def release(self, rollout_id: str) -> None:
+        """The rollout is settled for good (its group's outputs committed) or dead-lettered:
+        the floor may pass it."""
         self.floor.release(rollout_id)
 
     def expire(self) -> list[ExpiredRollout]:

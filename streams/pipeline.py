@@ -26,8 +26,8 @@ from schemas.pipeline_file import (
 from schemas.records import Envelope, PolicyUpdated, QueueEntry, TrainSample, Trajectory
 from streams.adaptive_window import AdaptiveWindow
 from streams.assembler import AssembledRollout, RolloutAssembly
-from streams.bundles import oversize_events
 from streams.groups import settle_group
+from streams.rollout_letters import oversize_events
 from streams.scoring import score_trajectories
 from streams.sequencer import EventTimeSequencer
 
@@ -131,7 +131,7 @@ def process_log(
         if not assembly.complete:
             stats["rollouts_incomplete"] += 1
         elif oversize_events(assembly.rollout_id, assembly.events) is not None:
-            stats["rollouts_oversize"] += 1  # the live worker dead-letters its bundle
+            stats["rollouts_oversize"] += 1  # the live worker dead-letters it
         else:
             rollouts.append(assembly.assemble())
     if horizon is None:

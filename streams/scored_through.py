@@ -40,20 +40,6 @@ def scored_through_topic(app_id: str) -> str:
     return f"{app_id}.scored-through"
 
 
-def newest_claimed(values: list[bytes | None]) -> datetime | None:
-    """The newest event time in a partition's claims (its log, in order), for its next owner;
-    what is not a claim is skipped."""
-    newest: datetime | None = None
-    for raw in values:
-        try:
-            claim = None if raw is None else ScoredThrough.decode(raw)
-        except ValueError:
-            continue
-        if claim is not None and claim.newest is not None:
-            newest = claim.newest if newest is None else max(newest, claim.newest)
-    return newest
-
-
 @dataclass(frozen=True)
 class ScoredThrough:
     """Scorer partition ``partition`` of ``partitions`` has written every trajectory completed
@@ -66,33 +52,28 @@ class ScoredThrough:
     idle: bool = False
     """Every events partition quiet, and nothing scored or due below the horizon unwritten:
     until new events arrive, only groups timing out later can add a trajectory."""
-    newest: datetime | None = None
-    """The newest event time the partition's horizon knew: a next owner starts from it (a
-    rebalance forgets the event times of records it does not read again)."""
 
     def encode(self) -> bytes:
-        newest = None if self.newest is None else self.newest.isoformat()
         return json.dumps(
             [self.partition, self.partitions, self.through.isoformat(),
-             {str(q): offset for q, offset in sorted(self.ends.items())}, self.idle, newest]
+             {str(q): offset for q, offset in sorted(self.ends.items())}, self.idle]
         ).encode()  # fmt: skip
 
     @classmethod
     def decode(cls, raw: bytes) -> ScoredThrough:
         """The claim ``raw`` holds; ValueError for anything else."""
         try:
-            partition, partitions, through, ends, idle, newest = json.loads(raw)
+            partition, partitions, through, ends, idle = json.loads(raw)
             claim = cls(
                 int(partition),
                 int(partitions),
                 datetime.fromisoformat(through),
                 {int(q): int(offset) for q, offset in ends.items()},
                 idle is True,
-                None if newest is None else datetime.fromisoformat(newest),
             )
         except (TypeError, ValueError, AttributeError) as error:
             raise ValueError(f"not a scored-through claim: {error}") from error
-        if claim.through.tzinfo is None or (claim.newest and claim.newest.tzinfo is None):
+        if claim.through.tzinfo is None:
             raise ValueError("a scored-through claim without a time zone")
         if not 0 <= claim.partition < claim.partitions:
             raise ValueError(f"partition {claim.partition} of {claim.partitions}")

@@ -54,43 +54,51 @@ class SettledMark:
 
 
 class SettledGroups:
-    """One scorer partition's marks, by group key."""
+    """One forge.events partition's marks, by group id."""
 
     def __init__(self, keep: timedelta) -> None:
         self.keep = keep
-        self._marks: dict[bytes, SettledMark] = {}
+        self._marks: dict[str, SettledMark] = {}
 
     def load(self, records: Iterable[MarkRecord]) -> list[tuple[MarkRecord, str]]:
         """Apply the partition's log in order (a tombstone forgets its group); the records
         that are no mark come back with the reason, for the dead letters."""
         bad = []
         for record in records:
-            if record.key is None:
-                bad.append((record, "a settled-group mark without a key"))
-            elif record.value is None:
-                self._marks.pop(record.key, None)
-            else:
-                try:
-                    self._marks[record.key] = SettledMark.decode(record.value)
-                except ValueError as error:
-                    bad.append((record, str(error)))
+            try:
+                group = _group_of(record.key)
+                if record.value is None:
+                    self._marks.pop(group, None)
+                else:
+                    self._marks[group] = SettledMark.decode(record.value)
+            except ValueError as error:
+                bad.append((record, str(error)))
         return bad
 
     def __len__(self) -> int:
         return len(self._marks)
 
-    def get(self, group: bytes) -> SettledMark | None:
+    def get(self, group: str) -> SettledMark | None:
         return self._marks.get(group)
 
-    def add(self, group: bytes, mark: SettledMark) -> None:
+    def add(self, group: str, mark: SettledMark) -> None:
         self._marks[group] = mark
 
-    def prune(self, horizon: datetime) -> list[bytes]:
+    def prune(self, horizon: datetime) -> list[str]:
         """Forget the marks ``keep`` past their deadline at ``horizon``; their groups."""
         gone = [g for g, mark in self._marks.items() if horizon - mark.deadline > self.keep]
         for group in gone:
             del self._marks[group]
         return gone
+
+
+def _group_of(key: bytes | None) -> str:
+    if key is None:
+        raise ValueError("a settled-group mark without a key")
+    try:
+        return key.decode()
+    except UnicodeDecodeError:
+        raise ValueError("a settled-group mark whose key is no group id") from None
 
 
 @dataclass(frozen=True)

@@ -23,18 +23,16 @@ STALL_PATIENCE_S = 30.0
 """How long an owned partition may go unfetched with records to read."""
 
 
-def refetch_stalled_partitions(
-    app: faust.App, generations: Generations, events_topic: str, scorer_topic: str
-) -> None:
-    """Adds to ``app`` a timer that names each stalled partition of the two streamed topics in
-    the log and fetches it again."""
+def refetch_stalled_partitions(app: faust.App, generations: Generations, events_topic: str) -> None:
+    """Adds to ``app`` a timer that names each stalled partition of forge.events in the log and
+    fetches it again."""
     stalls: StallWatch[TP] = StallWatch(STALL_PATIENCE_S)
 
     @app.timer(interval=STALL_PATIENCE_S / 3)
     async def refetch_stalled() -> None:
         consumer = cast(Any, app.consumer)
         state = generations.current(consumer_generation(app))
-        streams = {tp for tp in consumer.assignment() if tp.topic in (events_topic, scorer_topic)}
+        streams = {tp for tp in consumer.assignment() if tp.topic == events_topic}
         stalls.keep_only(streams)
         if not streams or state is None:
             return
@@ -45,7 +43,7 @@ def refetch_stalled_partitions(
         fetched = consumer._get_active_partitions()  # Faust 0.15: no public accessor
         now = time.monotonic()
         for tp in sorted(streams):
-            reached = state.reached(events_topic, scorer_topic, tp.topic, tp.partition)
+            reached = state.reached(tp.partition)
             if stalls.stalled(tp, reached, ends.get(tp), tp in fetched, now):
                 log.warning(
                     "%s:%d has records past offset %s (end %s) that Faust has not fetched for "

@@ -2,22 +2,24 @@
 and every worker of the group (pure).
 
 A group may time out only once no member that ended before its deadline can still be on its
-way, wherever its events are: on a partition this worker reads, one another worker reads, or
-one whose worker is stopped or dead. So the horizon is a watermark, as in Flink: every
-``group_check_s`` each worker sends, for every forge.events partition it owns, a ``Watermark``
-to every partition of the scorer's topic, in band after the bundles of the events it covers:
-it is sent once they are acknowledged (a bundle sent again after a failure would land after
-it), and waits until it is written. A scorer partition that has read a watermark has read
-every bundle it counts.
+way. Every member is on its group's partition, read by the worker that scores the group, but
+the replay times groups out at the newest event of the whole log, so the horizon is a
+watermark across partitions, as in Flink: every ``group_check_s`` each worker writes, for every
+forge.events partition it owns, a ``Watermark`` to the worker's watermark topic (one partition:
+its log order is the order the marks were written), and every worker reads that topic whole,
+in order. A mark counts the records below ``counted``; the worker that owns a partition judges
+its groups only once it has processed every record the marks of that partition it has read
+count (``SharedHorizon.counted``): a previous owner's marks count records a new owner reads
+again.
 
 A partition still being worked through bounds the horizon at its newest event minus the
-lateness. A caught-up one certifies everything appended before its check; the scorer knows
-event time reached at least the newest it had read from any partition before that
-partition's previous watermark (written before the check), so it bounds the horizon there
-minus the lateness — an owner that falls silent (stopped, killed) holds the horizon where its
-last word left it. When every partition is caught up and quiet the lateness is dropped: the
-horizon is the newest event itself, a replay's end of the log, so live and replay time out
-the same groups.
+lateness. A caught-up one certifies everything appended before its check; a reader knows event
+time reached at least the newest it had read from any partition before that partition's
+previous watermark (written before the check), so it bounds the horizon there minus the
+lateness — an owner that falls silent (stopped, killed) holds the horizon where its last word
+left it. When every partition is caught up and quiet the lateness is dropped: the horizon is
+the newest event itself, a replay's end of the log, so live and replay time out the same
+groups.
 
 A new owner of an events partition (after a rebalance or a restart) reads it again only from
 its committed floor, so the newest event time before that comes with the floor's commit
@@ -34,15 +36,6 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from streams.floor_event_time import FloorEventTime
-
-WATERMARK_HEADER = "forge-watermark"
-TICK_HEADER = "forge-group-tick"
-"""A group's timeout check on its own partition, carrying the horizon it may assume."""
-
-
-def tick_horizon(raw: bytes) -> datetime:
-    """The event time a tick carries; ValueError for anything but an aware timestamp."""
-    return _event_time(datetime.fromisoformat(raw.decode()), "a tick's horizon")
 
 
 def _event_time(value: datetime, what: str) -> datetime:
@@ -67,25 +60,30 @@ class Watermark:
     """Everything in the partition when this was sent has been processed."""
     quiet: bool
     """Caught up, and no event for the idle period."""
+    counted: int = 0
+    """The records below this offset are processed (those below the floor by an earlier
+    owner)."""
 
     def encode(self) -> bytes:
         newest = "" if self.newest is None else self.newest.isoformat()
-        return f"{self.partition}|{newest}|{int(self.caught_up)}|{int(self.quiet)}".encode()
+        flags = f"{int(self.caught_up)}|{int(self.quiet)}"
+        return f"{self.partition}|{newest}|{flags}|{self.counted}".encode()
 
     @classmethod
     def decode(cls, raw: bytes) -> Watermark:
         """ValueError for anything but a watermark (a timestamp without a zone included)."""
-        partition, newest, caught_up, quiet = raw.decode().split("|")
+        partition, newest, caught_up, quiet, counted = raw.decode().split("|")
         mark = cls(
             int(partition),
             datetime.fromisoformat(newest) if newest else None,
             caught_up == "1",
             quiet == "1",
+            int(counted),
         )
         if mark.newest is not None:
             _event_time(mark.newest, "a watermark's event time")
-        if mark.partition < 0:
-            raise ValueError("a watermark of a negative partition")
+        if mark.partition < 0 or mark.counted < 0:
+            raise ValueError("a watermark of a negative partition or offset")
         return mark
 
 
@@ -110,8 +108,6 @@ class _Progress:
     newest: datetime | None = None
     last_event_at: float | None = None
     level_since: float | None = None
-    seeded: bool = False
-    """The event time committed with the partition's floor is merged in."""
     floor_time: FloorEventTime = field(default_factory=FloorEventTime)
 
 
@@ -123,8 +119,8 @@ class EventsProgress:
         self._partitions: dict[int, _Progress] = {}
 
     def processed(self, partition: int, offset: int, ts: datetime | None, now: float) -> None:
-        """The record at ``offset`` is handled (its bundle, if any, sent); ``ts`` None for a
-        record that went to the dead letters."""
+        """The record at ``offset`` is handled; ``ts`` None for a record that went to the
+        dead letters."""
         progress = self._partitions.setdefault(partition, _Progress())
         progress.next_offset = offset + 1
         progress.last_event_at = now
@@ -133,20 +129,18 @@ class EventsProgress:
             if progress.newest is None or ts > progress.newest:
                 progress.newest = ts
 
-    def seed(self, partition: int, committed: datetime | None) -> None:
-        """Event time had reached ``committed`` on the partition before this generation, every
-        record of it done: what its floor was committed with (``streams.floor_event_time``).
-        A watermark or floor commit waits for it (``unseeded``), so neither says less than an
-        earlier owner knew."""
+    def seed(self, partition: int, floor: int, committed: datetime | None) -> None:
+        """The records below ``floor`` were done before this generation, and event time had
+        reached ``committed`` on the partition by then: what its floor was committed with
+        (``streams.floor_event_time``). Given before the partition's first record is
+        processed here, so no watermark or floor commit says less than an earlier owner
+        knew."""
         progress = self._partitions.setdefault(partition, _Progress())
-        progress.seeded = True
+        if progress.next_offset is None or floor > progress.next_offset:
+            progress.next_offset = floor
         progress.floor_time.seed(committed)
         if committed is not None and (progress.newest is None or committed > progress.newest):
             progress.newest = committed
-
-    def unseeded(self, partitions: set[int]) -> set[int]:
-        """Those whose committed event time is not merged in yet."""
-        return {p for p in partitions if not self._partitions.get(p, _Progress()).seeded}
 
     def below_floor(self, partition: int, floor: int) -> datetime | None:
         """The event time to commit the partition's floor ``floor`` with."""
@@ -177,13 +171,19 @@ class EventsProgress:
         quiet = caught_up and (
             progress.last_event_at is None or now - progress.last_event_at >= self.idle_s
         )
-        return Watermark(partition, progress.newest, caught_up, quiet)
+        return Watermark(partition, progress.newest, caught_up, quiet, progress.next_offset or 0)
+
+    def counted(self, partition: int) -> int:
+        """The records of ``partition`` below this offset are processed: by this generation,
+        or (below the floor it started from) an earlier one."""
+        found = self._partitions.get(partition)
+        return 0 if found is None or found.next_offset is None else found.next_offset
 
 
 @dataclass
 class SharedHorizon:
-    """The receiver's side: one scorer partition's view of every forge.events partition, from
-    the watermarks it has read, in log order."""
+    """The reader's side: a worker's view of every forge.events partition, from the
+    watermarks it has read, in log order."""
 
     lateness: timedelta
     _marks: dict[int, Watermark] = field(default_factory=dict)
@@ -194,24 +194,25 @@ class SharedHorizon:
     _certified: dict[int, datetime | None] = field(default_factory=dict)
     """``_newest`` when each partition's previous watermark was read: its caught-up claim
     covers event time up to there."""
+    _counted: dict[int, int] = field(default_factory=dict)
+    """The most any mark of each partition counted."""
 
     @property
     def newest(self) -> datetime | None:
         return self._newest
 
-    def knew(self, newest: datetime) -> None:
-        """Event time had reached ``newest`` before any watermark read here: a previous
-        owner's word (``streams.scored_through``). Without it, after a rebalance that reads
-        nothing again, no watermark carries an event time and the horizon stays unknown."""
-        if self._newest is None or newest > self._newest:
-            self._newest = newest
-
     def saw(self, mark: Watermark) -> None:
         if mark.newest is not None and (self._newest is None or mark.newest > self._newest):
             self._newest = mark.newest
         self._certified[mark.partition] = self._at_mark.get(mark.partition)
+        self._counted[mark.partition] = max(self._counted.get(mark.partition, 0), mark.counted)
         self._at_mark[mark.partition] = self._newest
         self._marks[mark.partition] = mark
+
+    def counted(self, partition: int) -> int:
+        """The records of ``partition`` the marks read so far count: its owner judges its
+        groups at this horizon only once it has processed them all."""
+        return self._counted.get(partition, 0)
 
     def horizon(self, partitions: int) -> datetime | None:
         """The event time groups may be settled at, forge.events having ``partitions``; None

@@ -1,6 +1,6 @@
 """What a live worker that stopped short left behind, for a test's failure message: each
-rollout in forge.events without a trajectory, with its events, where its bundle went on the
-scorer's topic and whether its group was marked settled. A stall after a kill -9 is rare (3 in
+rollout in forge.events without a trajectory, with its events and whether its group was marked
+settled. A stall after a kill -9 is rare (3 in
 13 runs of the streams worker tests when it was seen) and cannot be rerun to order, so the failure
 has to carry the evidence."""
 
@@ -15,7 +15,7 @@ from infra.kafka_clients import Delivered, admin_client, sync_consumer
 from infra.log_reader import LogRange, read_log
 from schemas.records import Envelope, RolloutStarted, Trajectory
 from schemas.topics import EVENTS, TRAJECTORIES, TopicSpec
-from streams.internal_topics import ended_topic, settled_topic
+from streams.internal_topics import settled_topic
 
 
 def topic_messages(kafka: str, topic: str) -> list:  # type: ignore[type-arg]
@@ -71,7 +71,6 @@ def stall_report(kafka: str, env: Mapping[str, str]) -> str:
             for tp, meta in sorted(offsets.items())
         ),
     ]  # fmt: skip
-    ended = topic_messages(kafka, ended_topic(app))
     marks = topic_messages(kafka, settled_topic(app))
     for rid in unscored[:6]:
         group = groups.get(rid, "?")
@@ -82,10 +81,4 @@ def stall_report(kafka: str, env: Mapping[str, str]) -> str:
             if m.key == group.encode()
         ]
         lines.append(f"  {settled_topic(app)}: its group marked at {' '.join(marked) or 'nowhere'}")
-        sent = [
-            f"p{m.partition}@{m.offset}"
-            for m in ended
-            if m.key == group.encode() and rid.encode() in m.value
-        ]
-        lines.append(f"  {ended_topic(app)}: its bundle at {' '.join(sent) or 'nowhere'}")
     return "\n".join(lines)

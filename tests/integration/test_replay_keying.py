@@ -5,15 +5,18 @@ group: the replay reads every partition and orders by event time, not by placeme
 from __future__ import annotations
 
 import uuid
+from dataclasses import replace
 
 import pytest
 
-from infra.kafka_clients import ensure_topics, sync_producer
-from infra.log_reader import LogRange
+from infra.kafka_clients import Delivered, ensure_topics, sync_producer
+from infra.log_reader import LogRange, read_log
 from infra.partitioner import RememberingPartitioner
 from schemas import codec
+from schemas.records import Envelope
 from schemas.topics import EVENTS, POLICY, QUEUE, TopicSpec
 from streams.pipeline import PipelineConfig, process_log
+from streams.rekey import rekey_events
 from streams.replay import ReplaySources, run_replay
 from tests.integration.test_streams_worker import send_events, synthetic_log, train_samples
 
@@ -52,3 +55,31 @@ def test_a_log_keyed_by_rollout_replays_to_what_the_same_log_keyed_by_group_does
         run_replay(kafka, LogRange(), out, config, sources=sources)
         samples[by_rollout] = train_samples(kafka, out)
     assert samples[True] == samples[False] == reference
+
+
+def test_a_log_keyed_by_rollout_rekeyed_puts_each_group_on_one_partition_and_replays_the_same(
+    kafka,
+):
+    """What the live worker's dead letter for such a log names: `forge-rl rekey-events`."""
+    per_rollout, queue = synthetic_log(48, 4, unfinished=frozenset({5, 17}))
+    config = PipelineConfig(item_timeout_s=30.0, group_timeout_s=6.0)
+    reference = process_log([e for r in per_rollout for e in r], queue, [], config).samples
+    old = logged(kafka, per_rollout, queue, by_rollout=True)
+    copy = f"test.keying.rekeyed.{uuid.uuid4().hex[:8]}"
+    with pytest.raises(ValueError):
+        rekey_events(kafka, old.events, old.events.name, LogRange())
+    counts = rekey_events(kafka, old.events, copy, LogRange())
+    assert counts == {"keyed by group": sum(len(r) for r in per_rollout)}
+    groups = {entry.rollout_id: entry.group_id for _, entry in queue}
+    placed: dict[str, set[int]] = {}
+    for read in read_log(kafka, replace(old.events, name=copy), LogRange()):
+        assert isinstance(read, Delivered) and isinstance(read.record, Envelope)
+        group = groups[read.record.rollout_id]
+        assert read.key == group.encode()
+        placed.setdefault(group, set()).add(read.partition)
+    assert all(len(partitions) == 1 for partitions in placed.values())
+    out = f"test.keying.train.{uuid.uuid4().hex[:8]}"
+    run_replay(
+        kafka, LogRange(), out, config, sources=replace(old, events=replace(old.events, name=copy))
+    )
+    assert train_samples(kafka, out) == reference

@@ -23,7 +23,6 @@ from infra.local_broker import free_port
 from schemas import codec
 from schemas.records import QueueEntry
 from schemas.topics import EVENTS, QUEUE, TRAJECTORIES
-from streams.internal_topics import ended_topic
 from streams.pipeline import PipelineConfig, process_log
 from tests.builders import T0
 from tests.integration.logged_process import LoggedProcess
@@ -158,7 +157,7 @@ def test_the_newest_event_time_outlives_a_generation_that_committed_before_any_c
     silent = start_worker({**env, "FORGE_STREAMS_GROUP_CHECK_S": "3600"})
     try:
         deadline = time.monotonic() + 120
-        inputs = (env["FORGE_STREAMS_EVENTS_TOPIC"], ended_topic(app_id))
+        inputs = (env["FORGE_STREAMS_EVENTS_TOPIC"],)
         while not committed_to_the_end(kafka, app_id, inputs):  # every group scored and marked
             assert silent.poll() is None, silent.log_tail()
             assert time.monotonic() < deadline, "the first worker never committed its inputs"

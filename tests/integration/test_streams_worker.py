@@ -33,15 +33,14 @@ from schemas.topics import (
     TopicSpec,
     derived_train_topic,
 )
-from streams import bundles
-from streams.internal_topics import ended_topic
+from streams import rollout_letters
 from streams.pipeline import PipelineConfig, process_log
 from tests.builders import T0
 from tests.integration.logged_process import LoggedProcess
 from tests.integration.stall_report import stall_report, topic_messages
-from tests.unit.streams.test_bundles import huge_rollout
 from tests.unit.streams.test_pipeline import env as event_at
 from tests.unit.streams.test_pipeline import rollout
+from tests.unit.streams.test_rollout_letters import huge_rollout
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -225,9 +224,9 @@ def test_worker_output_equals_the_replay_and_dead_letters_garbage(kafka, tmp_pat
         for d in letters
     )
     ours = [d for d in letters if d.consumer == env["FORGE_STREAMS_APP_ID"]]
-    assert any(d.key == b"gbig" and "rollout big's bundle of events is" in d.reason for d in ours)
+    assert any(d.key == b"gbig" and "the sum of rollout big's events is" in d.reason for d in ours)
     [inf] = [d for d in ours if "outcome reward inf is not finite" in d.reason]
-    assert [e.rollout_id for e in bundles.assembly_of(inf.value).events] == ["inf"] * 7
+    assert [e.rollout_id for e in rollout_letters.assembly_of(inf.value).events] == ["inf"] * 7
 
 
 def test_kill_9_mid_way_then_restart_loses_and_repeats_nothing(kafka, tmp_path):
@@ -247,28 +246,31 @@ def test_kill_9_mid_way_then_restart_loses_and_repeats_nothing(kafka, tmp_path):
     assert train_samples(kafka, train.name) == reference.samples
 
 
-def bundles_sent(kafka: str, app_id: str) -> int:
-    """Members' bundles on the scorer's topic (watermarks and ticks carry no value)."""
-    return sum(1 for m in topic_messages(kafka, ended_topic(app_id)) if m.value)
+def events_processed(port: int) -> float:
+    try:
+        return scraped(port).get("forge_streams_events_total", 0.0)
+    except httpx.HTTPError:  # the worker's metrics not served yet
+        return 0.0
 
 
 def test_groups_open_at_a_kill_9_are_completed_from_the_log(kafka, tmp_path):
     """Half of every group has ended when the worker dies; the other half ends while it is
-    down. The restarted worker reads the scorer's topic again from the floor its open groups
-    held, and scores each group with the members it finds there."""
+    down. The restarted worker reads forge.events again from the floor its open groups held,
+    and scores each group with the members it finds there."""
     second_half = frozenset(i for i in range(48) if i % 4 >= 2)
     names, _, train, _, env = prepared_log(kafka, tmp_path, 48, False, unfinished=second_half)
     full, queue = synthetic_log(48, 4)
     reference = process_log([e for r in full for e in r], queue, [], PipelineConfig())
     env["FORGE_STREAMS_SINK"] = "false"
+    env["FORGE_METRICS_PORT"] = str(metrics_port := free_port())
     cmd = [sys.executable, "-m", "forge_rl.cli", "streams"]
     first = LoggedProcess(cmd, env, Path(env["FORGE_HOME"]) / "logs")
     deadline = time.monotonic() + 120
-    while bundles_sent(kafka, env["FORGE_STREAMS_APP_ID"]) < 48 - len(second_half):
+    written = len(topic_messages(kafka, names[EVENTS.name]))
+    while events_processed(metrics_port) < written:
         assert first.poll() is None, first.log_tail()
-        assert time.monotonic() < deadline, "the worker sent no group members on"
+        assert time.monotonic() < deadline, "the worker did not read the first half"
         time.sleep(0.2)
-    time.sleep(2)  # past a commit of the floors: the restart must not read from the start
     first.send_signal(signal.SIGKILL)
     first.wait()
     assert train_samples(kafka, train.name) == []

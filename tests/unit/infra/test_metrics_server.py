@@ -36,17 +36,15 @@ def test_consumer_lag_counts_unread_records_per_topic():
 def test_the_worker_exposes_faust_counts_open_groups_samples_and_its_process():
     monitor = SimpleNamespace(
         messages_received_by_topic=Counter({"forge.events": 7, "forge.policy": 2}),
-        messages_sent_by_topic=Counter({"forge.trajectories": 4}),
         events_s=12,
         tp_end_offsets={("forge.events", 0): 9},
         tp_read_offsets={("forge.events", 0): 6},
         tp_committed_offsets={},
     )
     groups = {"g1": 1, "g2": 2}
-    metrics = StreamsMetrics(monitor, events_topic="forge.events",
-                             trajectories_topic="forge.trajectories",
-                             open_groups=lambda: len(groups))  # fmt: skip
+    metrics = StreamsMetrics(monitor, events_topic="forge.events", open_groups=lambda: len(groups))
     metrics.samples.inc(5)
+    metrics.trajectories.inc(4)
     values = scrape(metrics.registry)
     assert values["forge_streams_events_total"] == 7
     assert values["forge_streams_events_per_second"] == 12
@@ -102,10 +100,10 @@ def test_a_scrape_racing_a_table_change_skips_the_open_groups_gauge_only():
     def counting() -> int:
         raise RuntimeError("dictionary changed size during iteration")
 
-    monitor = SimpleNamespace(messages_received_by_topic={}, messages_sent_by_topic={},
+    monitor = SimpleNamespace(messages_received_by_topic={},
                               events_s=0, tp_end_offsets={}, tp_read_offsets={},
                               tp_committed_offsets={})  # fmt: skip
-    metrics = StreamsMetrics(monitor, events_topic="e", trajectories_topic="t",
+    metrics = StreamsMetrics(monitor, events_topic="e",
                              open_groups=counting)  # fmt: skip
     values = scrape(metrics.registry)
     assert "forge_streams_open_groups" not in values and values["forge_streams_events_total"] == 0
@@ -115,7 +113,7 @@ def test_fausts_own_monitor_has_what_the_worker_metrics_read():
     import faust
 
     app = faust.App("metrics-test", broker="kafka://127.0.0.1:1")
-    metrics = StreamsMetrics(app.monitor, events_topic="e", trajectories_topic="t",
+    metrics = StreamsMetrics(app.monitor, events_topic="e",
                              open_groups=lambda: 0)  # fmt: skip
     values = scrape(metrics.registry)
     assert values["forge_streams_events_total"] == 0 and values["forge_streams_open_groups"] == 0

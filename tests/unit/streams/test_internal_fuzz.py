@@ -1,7 +1,6 @@
-"""Random and mutated bytes on the worker's own topics — the scorer's (bundles, ticks,
-watermarks) and the settled marks — are refused with a ValueError, the one error the worker
-dead-letters there, and leave the scorer as it was; hostile values inside decodable events
-are scored or refused as the replay does, never a crash."""
+"""Random and mutated bytes on the worker's own topics — the watermarks and the settled marks
+— are refused with a ValueError, the one error the worker skips or dead-letters there; hostile
+values inside decodable events are scored or refused as the replay does, never a crash."""
 
 from __future__ import annotations
 
@@ -15,19 +14,16 @@ from hypothesis import strategies as st
 
 from schemas import codec
 from schemas.records import QueueEntry
-from streams import bundles
-from streams.group_scorer import GroupScorer
+from streams.events_partition import EventsPartition
 from streams.pipeline import PipelineConfig, process_log
 from streams.settled_groups import SettledGroups, SettledMark
-from streams.watermarks import SharedHorizon, Watermark, tick_horizon
+from streams.watermarks import SharedHorizon, Watermark
 from tests.builders import T0
 from tests.unit.streams.test_pipeline import rollout
 
 TIMEOUT = timedelta(seconds=60)
-BUNDLE = bundles.pack(codec.encode(e) for e in rollout("a", "g", 2, 0, 0.0, 3.0))
 MARK = SettledMark(True, frozenset({"a"}), T0).encode()
-WATERMARK = Watermark(0, T0, True, False).encode()
-TICK = T0.isoformat().encode()
+WATERMARK = Watermark(0, T0, True, False, 17).encode()
 
 
 def mutations(valid: bytes):
@@ -48,19 +44,6 @@ def mutations(valid: bytes):
     return st.one_of(mutated(), st.binary(max_size=64))
 
 
-@given(mutations(BUNDLE))
-@settings(max_examples=800, deadline=None)
-def test_bytes_offered_as_a_bundle_are_a_member_or_a_value_error(data):
-    groups = GroupScorer(
-        PipelineConfig(group_timeout_s=TIMEOUT.total_seconds()), SettledGroups(TIMEOUT)
-    )
-    before = (groups.open_groups, groups.floor.floor())
-    try:
-        groups.offer(0, b"g", data)
-    except ValueError:
-        assert (groups.open_groups, groups.floor.floor()) == (before[0], 1)
-
-
 @given(mutations(MARK))
 @settings(max_examples=500, deadline=None)
 def test_bytes_read_as_a_mark_are_a_mark_or_a_value_error(data):
@@ -70,7 +53,7 @@ def test_bytes_read_as_a_mark_are_a_mark_or_a_value_error(data):
 
 @given(mutations(WATERMARK))
 @settings(max_examples=500, deadline=None)
-def test_bytes_in_a_watermark_header_are_a_watermark_or_a_value_error(data):
+def test_bytes_in_the_watermark_topic_are_a_watermark_or_a_value_error(data):
     horizon = SharedHorizon(timedelta(seconds=1))
     horizon.saw(Watermark(1, T0, False, False))
     with contextlib.suppress(ValueError):
@@ -79,23 +62,13 @@ def test_bytes_in_a_watermark_header_are_a_watermark_or_a_value_error(data):
 
 
 def test_event_times_before_the_epoch_or_without_a_zone_are_refused():
-    assert tick_horizon(b"9999-12-31T23:59:59+00:00").year == 9999  # far ahead: computable
+    far = Watermark.decode(b"0|9999-12-31T23:59:59+00:00|1|0|5")  # far ahead: computable
+    assert far.newest is not None and far.newest.year == 9999 and far.counted == 5
     for raw in (b"0001-01-01T00:00:00+00:00", b"1969-12-31T23:59:59+00:00", b"2026-11-01T00:00"):
         with pytest.raises(ValueError):
-            tick_horizon(raw)
-        with pytest.raises(ValueError):
-            Watermark.decode(b"0|" + raw + b"|1|0")
-
-
-@given(mutations(TICK))
-@settings(max_examples=300, deadline=None)
-def test_bytes_in_a_tick_header_are_an_aware_event_time_or_a_value_error(data):
-    groups = GroupScorer(
-        PipelineConfig(group_timeout_s=TIMEOUT.total_seconds()), SettledGroups(TIMEOUT)
-    )
-    groups.offer(0, b"g", BUNDLE)
-    with contextlib.suppress(ValueError):
-        groups.offer(1, b"g", b"", tick_horizon(data))
+            Watermark.decode(b"0|" + raw + b"|1|0|5")
+    with pytest.raises(ValueError):
+        Watermark.decode(b"0||1|0|-1")
 
 
 @given(
@@ -110,12 +83,10 @@ def test_hostile_values_in_decodable_events_are_scored_or_refused_as_the_replay_
     events = rollout("a", "g", size, 0, 0.0, abs(end) if math.isfinite(end) else 1.0)
     if outcome is not None:
         events = rollout("a", "g", size, 0, 0.0, abs(end), outcome=outcome)
-    groups = GroupScorer(
-        PipelineConfig(group_timeout_s=TIMEOUT.total_seconds()), SettledGroups(TIMEOUT)
-    )
-    raw = bundles.pack(codec.encode(e) for e in events)
-    horizon = max(e.ts for e in events)  # where the replay of this log stops
-    settled = groups.offer(0, b"g", raw) or groups.offer(1, b"g", b"", horizon)
     config = PipelineConfig(group_timeout_s=TIMEOUT.total_seconds())
+    live = EventsPartition(config, 2 * TIMEOUT, SettledGroups(TIMEOUT))
+    settled = [s for i, e in enumerate(events) for s in live.add(i, e, codec.encode(e)).settlements]
+    horizon = max(e.ts for e in events)  # where the replay of this log stops
+    settled += live.check_timeouts(horizon).settlements
     replay = process_log(events, [(0, QueueEntry("a", "g", size, T0))], [], config)
-    assert (settled.trajectories if settled else []) == replay.trajectories
+    assert [t for s in settled for t in s.trajectories] == replay.trajectories

@@ -1,20 +1,20 @@
-"""What one consumer-group generation built, and the floors it commits."""
+"""What one consumer-group generation built."""
 
 from __future__ import annotations
 
 from datetime import timedelta
 
 from schemas import codec
-from streams.group_scorer import GroupScorer
-from streams.live_state import Generations, LiveState, ScorerPartition
+from streams.events_partition import EventsPartition
+from streams.live_state import Generations, LiveState
 from streams.pipeline import PipelineConfig
 from streams.settled_groups import SettledGroups
-from streams.watermarks import EventsProgress, SharedHorizon
+from streams.watermarks import EventsProgress
 from tests.unit.streams.test_pipeline import rollout
 
 
 def new_state(generation: int) -> LiveState:
-    return LiveState(generation, timedelta(minutes=2), EventsProgress(3.0))
+    return LiveState(generation, EventsProgress(3.0))
 
 
 def test_a_newer_generation_starts_afresh_and_an_older_one_finds_nothing():
@@ -27,23 +27,10 @@ def test_a_newer_generation_starts_afresh_and_an_older_one_finds_nothing():
     assert generations.current(5) is second
 
 
-def test_only_the_floors_that_moved_past_the_last_commit_are_committed():
+def test_how_far_each_partition_is_read():
     state = new_state(1)
-    events = rollout("a", "g", 2, 0, 0.0, 3.0)
-    rollouts = state.rollouts_of(2)
-    for offset, event in enumerate(events[:2]):
-        rollouts.add(offset, event, codec.encode(event))
-    state.rollouts_of(3)  # nothing read of it: no floor
     timeout = timedelta(minutes=1)
-    groups = GroupScorer(
-        PipelineConfig(group_timeout_s=timeout.total_seconds()), SettledGroups(timeout)
-    )
-    groups.floor.processed(6)
-    state.scorers[0] = ScorerPartition(groups, SharedHorizon(timedelta(seconds=5)))
-    assert state.floors("ev", "sc") == {("ev", 2): 0, ("sc", 0): 7}
-    assert state.reached("ev", "sc", "ev", 2) == 2 and state.reached("ev", "sc", "sc", 0) == 7
-    assert state.reached("ev", "sc", "ev", 3) is None and state.reached("ev", "sc", "sc", 1) is None
-    state.committed.update(state.floors("ev", "sc"))
-    assert state.floors("ev", "sc") == {}
-    groups.floor.processed(7)
-    assert state.floors("ev", "sc") == {("sc", 0): 8}
+    work = state.partitions[2] = EventsPartition(PipelineConfig(), timeout, SettledGroups(timeout))
+    for offset, event in enumerate(rollout("a", "g", 2, 0, 0.0, 3.0)[:2], start=7):
+        work.add(offset, event, codec.encode(event))
+    assert state.reached(2) == 9 and state.reached(3) is None

@@ -1,5 +1,5 @@
-"""The assembler's open rollouts of one partition, held at their start until their bundle is
-acknowledged, and what reading the partition again from the floor rebuilds."""
+"""The open rollouts of one partition, held at their start until released, and what reading
+the partition again from the floor rebuilds."""
 
 from __future__ import annotations
 
@@ -7,7 +7,6 @@ from datetime import timedelta
 
 from schemas import codec
 from schemas.records import Envelope
-from streams import bundles
 from streams.assembler import RolloutAssembly
 from streams.open_rollouts import OpenRollouts
 from tests.unit.streams.test_pipeline import env, rollout
@@ -21,7 +20,7 @@ def interleaved(*rollouts: list[Envelope]) -> list[Envelope]:
 
 
 def read(rollouts: OpenRollouts, log: list[Envelope], start: int = 0):
-    """Offer the log from ``start``; the bundles that came out, by rollout."""
+    """Offer the log from ``start``; the rollouts that ended, by id."""
     out = {}
     for offset in range(start, len(log)):
         done = rollouts.add(offset, log[offset], codec.encode(log[offset]))
@@ -30,7 +29,7 @@ def read(rollouts: OpenRollouts, log: list[Envelope], start: int = 0):
     return out
 
 
-def test_a_rollout_is_held_from_its_start_until_its_bundle_is_acknowledged():
+def test_a_rollout_is_held_from_its_start_until_released():
     a, b = rollout("a", "g", 2, 0, 0.0, 3.0), rollout("b", "g", 2, 1, 1.0, 9.0)
     log = interleaved(a, b)
     rollouts = OpenRollouts(LIMIT)
@@ -39,10 +38,11 @@ def test_a_rollout_is_held_from_its_start_until_its_bundle_is_acknowledged():
     expected = RolloutAssembly("a")
     for e in a:
         expected.add(e)
-    assert bundles.assembly_of(sent["a"].bundle).assemble() == expected.assemble()
-    assert sent["a"].group == b"g"
-    assert rollouts.floor.floor() == 0  # a's bundle is not acknowledged yet
-    rollouts.sent("a")
+    assert sent["a"].assembly.assemble() == expected.assemble()
+    assert sent["a"].group == "g" and sent["a"].offset == 0
+    assert sent["a"].messages == tuple(codec.encode(e) for e in a)
+    assert rollouts.floor.floor() == 0  # a ended, its group not committed
+    rollouts.release("a")
     assert rollouts.floor.floor() == log.index(b[0])  # b, still open, holds it now
 
 
@@ -52,14 +52,15 @@ def test_read_again_from_the_floor_the_open_rollouts_are_rebuilt_and_the_ended_o
     before_c_ends = log.index(c[-1])
     first = OpenRollouts(LIMIT)
     for done in read(first, log[:before_c_ends]).values():
-        first.sent(done.rollout_id)
+        first.release(done.rollout_id)
     floor = first.floor.floor()
     assert floor == log.index(c[0])
     again = OpenRollouts(LIMIT)  # a restart: the same partition, from its committed floor
     rebuilt = read(again, log, floor)
     assert set(rebuilt) == {"c"}  # a and b started before the floor: their events are not theirs
     fresh = read(OpenRollouts(LIMIT), log)
-    assert rebuilt["c"] == fresh["c"]
+    assert rebuilt["c"].messages == fresh["c"].messages
+    assert rebuilt["c"].assembly.assemble() == fresh["c"].assembly.assemble()
 
 
 def test_duplicates_and_events_outside_start_and_end_are_not_admitted():
@@ -68,8 +69,8 @@ def test_duplicates_and_events_outside_start_and_end_are_not_admitted():
     log = [stray, *events[:2], events[1], *events[2:], events[2]]
     rollouts = OpenRollouts(LIMIT)
     sent = read(rollouts, log)
-    assert [*bundles.messages(sent["a"].bundle)] == [codec.encode(e) for e in events]
-    assert read(rollouts, [events[0]], 0) == {} and len(rollouts) == 0  # on its way: no reopening
+    assert sent["a"].messages == tuple(codec.encode(e) for e in events)
+    assert read(rollouts, [events[0]], 0) == {} and len(rollouts) == 0  # held: no reopening
 
 
 def test_a_rollout_never_ended_is_let_go_after_the_limit_of_event_time():
@@ -82,7 +83,7 @@ def test_a_rollout_never_ended_is_let_go_after_the_limit_of_event_time():
         done = rollouts.add(offset, event, codec.encode(event))
         expired += rollouts.expire()
         if done is not None:
-            rollouts.sent(done.rollout_id)
+            rollouts.release(done.rollout_id)
     [gone] = expired
     assert gone.rollout_id == "s" and gone.offset == 0 and "within 120 s" in gone.reason
     assert len(rollouts) == 0 and rollouts.floor.floor() == len(log)

@@ -1,4 +1,4 @@
-"""Scored-through claims: how far each scorer partition has written forge.trajectories, and
+"""Scored-through claims: how far each events partition has written forge.trajectories, and
 when the sequencer may rely on one (only once it has read up to the claim's offsets)."""
 
 from __future__ import annotations
@@ -8,16 +8,12 @@ from datetime import timedelta
 
 import pytest
 
-from streams.scored_through import PENDING_KEEP, ScoredHorizon, ScoredThrough, newest_claimed
+from streams.scored_through import PENDING_KEEP, ScoredHorizon, ScoredThrough
 from tests.builders import T0
 
 
-def claim(partition: int, seconds: float, ends: dict[int, int], partitions: int = 2, idle=False,
-          newest: float | None = None):  # fmt: skip
-    newest_ts = None if newest is None else T0 + timedelta(seconds=newest)
-    return ScoredThrough(
-        partition, partitions, T0 + timedelta(seconds=seconds), ends, idle, newest_ts
-    )
+def claim(partition: int, seconds: float, ends: dict[int, int], partitions: int = 2, idle=False):
+    return ScoredThrough(partition, partitions, T0 + timedelta(seconds=seconds), ends, idle)
 
 
 NOW = 100.0
@@ -28,8 +24,8 @@ def at(seconds: float) -> float:
 
 
 def test_a_claim_survives_its_encoding():
-    for idle, newest in ((False, None), (True, 20.0)):
-        original = claim(1, 12.5, {0: 7, 1: 0, 3: 12}, partitions=4, idle=idle, newest=newest)
+    for idle in (False, True):
+        original = claim(1, 12.5, {0: 7, 1: 0, 3: 12}, partitions=4, idle=idle)
         assert ScoredThrough.decode(original.encode()) == original
 
 
@@ -38,12 +34,12 @@ def test_a_claim_survives_its_encoding():
     [
         b"garbage",
         b"[]",
-        b'[0, 2, "2026-01-01T00:00:00", {}, false, null]',  # no time zone
-        b'[0, 2, "2026-01-01T00:00:00+00:00", {}, false, "2026-01-01T00:00:00"]',
-        b'[2, 2, "2026-01-01T00:00:00+00:00", {}, false, null]',  # partition out of range
-        b'[0, 2, "2026-01-01T00:00:00+00:00", {"x": 1}, false, null]',
-        b'[0, 2, "2026-01-01T00:00:00+00:00", [], false, null]',
-        b'[0, 2, "2026-01-01T00:00:00+00:00", {}, false]',  # no newest
+        b'[0, 2, "2026-01-01T00:00:00", {}, false]',  # no time zone
+        b'[2, 2, "2026-01-01T00:00:00+00:00", {}, false]',  # partition out of range
+        b'[0, 2, "2026-01-01T00:00:00+00:00", {"x": 1}, false]',
+        b'[0, 2, "2026-01-01T00:00:00+00:00", [], false]',
+        b'[0, 2, "2026-01-01T00:00:00+00:00", {}]',  # no idle
+        b'[0, 2, "2026-01-01T00:00:00+00:00", {}, false, null]',  # an older claim's newest
     ],
 )
 def test_anything_but_a_claim_is_a_value_error(raw):
@@ -128,18 +124,6 @@ def test_a_zombies_idle_claim_does_not_hide_the_owners_work_on_its_way():
     horizon.saw(claim(0, 12.0, {0: 1}, partitions=1, idle=True), NOW + 8)  # the owner, done
     horizon.read_to({0: 1})
     assert horizon.all_idle(NOW + 8, 6.0)
-
-
-def test_the_next_owner_starts_from_the_newest_event_time_claimed():
-    raws = [
-        claim(0, 5.0, {}, newest=30.0).encode(),
-        b"garbage",
-        None,
-        claim(0, 6.0, {}, newest=20.0).encode(),  # a zombie's, older
-        claim(0, 7.0, {}).encode(),
-    ]
-    assert newest_claimed(raws) == T0 + timedelta(seconds=30)
-    assert newest_claimed([]) is None
 
 
 def test_a_claim_of_another_partitioning_is_refused_and_no_horizon_is_of_no_partition():

@@ -29,7 +29,7 @@ def test_the_log_is_applied_in_order_tombstones_included_and_bad_records_come_ba
         MarkRecord(0, b"g", a.encode()), MarkRecord(1, b"h", b.encode()),
         MarkRecord(2, b"g", None), MarkRecord(3, b"k", b"junk"), MarkRecord(4, None, a.encode()),
     ])  # fmt: skip
-    assert settled.get(b"g") is None and settled.get(b"h") == b and len(settled) == 1
+    assert settled.get("g") is None and settled.get("h") == b and len(settled) == 1
     assert [(r.offset, reason.split(":")[0]) for r, reason in bad] == [
         (3, "not a settled-group mark"),
         (4, "a settled-group mark without a key"),
@@ -38,8 +38,8 @@ def test_the_log_is_applied_in_order_tombstones_included_and_bad_records_come_ba
 
 def test_marks_are_forgotten_once_the_horizon_is_past_their_deadline_by_the_keep():
     settled = SettledGroups(KEEP)
-    settled.add(b"old", SettledMark(False, frozenset({"a"}), T0))
-    settled.add(b"new", SettledMark(False, frozenset({"b"}), T0 + KEEP))
+    settled.add("old", SettledMark(False, frozenset({"a"}), T0))
+    settled.add("new", SettledMark(False, frozenset({"b"}), T0 + KEEP))
     assert settled.prune(T0 + KEEP) == []
-    assert settled.prune(T0 + KEEP + timedelta(seconds=1)) == [b"old"]
-    assert settled.get(b"old") is None and settled.get(b"new") is not None
+    assert settled.prune(T0 + KEEP + timedelta(seconds=1)) == ["old"]
+    assert settled.get("old") is None and settled.get("new") is not None

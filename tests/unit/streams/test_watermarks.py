@@ -24,8 +24,8 @@ def at(seconds: float):
     return T0 + timedelta(seconds=seconds)
 
 
-def test_watermark_survives_its_header_and_garbage_is_a_value_error() -> None:
-    for mark in (Watermark(3, at(1.5), True, False), Watermark(0, None, False, False)):
+def test_watermark_survives_its_encoding_and_garbage_is_a_value_error() -> None:
+    for mark in (Watermark(3, at(1.5), True, False, 12), Watermark(0, None, False, False)):
         assert Watermark.decode(mark.encode()) == mark
     with pytest.raises(ValueError):
         Watermark.decode(b"\xff|garbage")
@@ -35,7 +35,7 @@ def test_a_partition_is_caught_up_once_everything_fetched_is_processed() -> None
     progress = EventsProgress(IDLE)
     progress.processed(0, offset=9, ts=at(10), now=100.0)
     assert progress.mark(0, log_end=12, position=12, now=100.5) == Watermark(
-        0, at(10), caught_up=False, quiet=False
+        0, at(10), caught_up=False, quiet=False, counted=10
     )  # fetched up to 12, processed up to 10: two records still in the stream
     progress.processed(0, offset=11, ts=at(11), now=101.0)
     assert progress.mark(0, log_end=12, position=12, now=101.5).caught_up
@@ -65,15 +65,14 @@ def test_a_new_owner_starts_from_the_event_time_its_floor_was_committed_with() -
     """Nothing before the committed floor is read again, so a partition committed to its end
     gives the next owner's watermark an event time only through the commit's metadata."""
     earlier = EventsProgress(IDLE)
-    earlier.seed(0, None)  # the first owner: nothing committed before it
+    earlier.seed(0, 0, None)  # the first owner: nothing committed before it
     earlier.processed(0, offset=4, ts=at(40), now=100.0)
     earlier.processed(0, offset=5, ts=at(30), now=100.0)  # event times need not rise
     committed = newest_metadata(earlier.below_floor(0, 6))
     successor = EventsProgress(IDLE)
-    assert successor.unseeded({0, 1}) == {0, 1}
-    successor.seed(0, newest_of_metadata(committed))
-    assert successor.unseeded({0, 1}) == {1}
-    assert successor.mark(0, log_end=6, position=6, now=200.0).newest == at(40)
+    successor.seed(0, 6, newest_of_metadata(committed))
+    mark = successor.mark(0, log_end=6, position=6, now=200.0)
+    assert mark.newest == at(40) and mark.caught_up and mark.counted == 6
     successor.processed(0, offset=6, ts=at(35), now=201.0)  # older than the seed: kept
     assert successor.mark(0, log_end=7, position=7, now=201.5).newest == at(40)
     assert successor.below_floor(0, 7) == at(40)
@@ -82,15 +81,15 @@ def test_a_new_owner_starts_from_the_event_time_its_floor_was_committed_with() -
 
 
 def test_a_floor_is_committed_with_the_event_time_below_it_not_the_newest_processed() -> None:
-    """A record above the floor may end a rollout whose bundle is not acknowledged: a next
-    owner's horizon started at it could time the group out before the bundle is sent again."""
+    """A record above the floor may end a rollout whose group is not committed: a next
+    owner's horizon started at it could time the group out before it reads the end again."""
     progress = EventsProgress(IDLE)
-    progress.seed(0, at(10))
+    progress.seed(0, 20, at(10))
     progress.processed(0, offset=20, ts=at(20), now=1.0)  # a rollout held from here
-    progress.processed(0, offset=21, ts=at(90), now=1.0)  # its end, the bundle unacknowledged
+    progress.processed(0, offset=21, ts=at(90), now=1.0)  # its end, its group not committed
     assert progress.mark(0, log_end=22, position=22, now=1.5).newest == at(90)  # waits for it
     assert progress.below_floor(0, 20) == at(10)
-    assert progress.below_floor(0, 22) == at(90)  # acknowledged: the floor passed it
+    assert progress.below_floor(0, 22) == at(90)  # committed: the floor passed it
 
 
 def test_a_floor_committed_without_an_event_time_seeds_nothing() -> None:
@@ -99,15 +98,16 @@ def test_a_floor_committed_without_an_event_time_seeds_nothing() -> None:
         assert newest_of_metadata(raw) is None  # an older worker's, or none: unknown
     progress = EventsProgress(IDLE)
     progress.processed(3, offset=0, ts=at(5), now=1.0)
-    progress.seed(3, None)
-    assert progress.below_floor(3, 1) == at(5) and not progress.unseeded({3})
+    progress.seed(3, 0, None)
+    assert progress.below_floor(3, 1) == at(5) and progress.counted(3) == 1
 
 
-def test_a_revoked_partition_is_seeded_again_when_it_comes_back() -> None:
+def test_a_revoked_partition_forgets_its_seed() -> None:
     progress = EventsProgress(IDLE)
-    progress.seed(2, at(9))
+    progress.seed(2, 40, at(9))
+    assert progress.counted(2) == 40
     progress.keep_only({0})
-    assert progress.unseeded({2}) == {2} and progress.below_floor(2, 100) is None
+    assert progress.below_floor(2, 100) is None and progress.counted(2) == 0
 
 
 def rounds(*marks_per_round: list[Watermark]) -> SharedHorizon:
@@ -181,14 +181,26 @@ def test_only_event_time_counts_not_how_far_it_is_from_any_clock() -> None:
         assert rounds(marks, marks).horizon(3) == at(80 + skew) - LATENESS
 
 
-def test_a_next_owner_told_the_newest_event_time_reaches_it_though_no_watermark_carries_one():
-    """After a rebalance that reads nothing again, every watermark's newest is None: without
-    the previous owner's word the horizon stays unknown, and nothing times out or is claimed."""
-    nothing_read = [Watermark(p, None, True, True) for p in range(3)]
-    assert rounds(nothing_read, nothing_read).horizon(3) is None
-    told = SharedHorizon(LATENESS)
-    told.knew(at(100))
-    for marks in (nothing_read, nothing_read):
-        for mark in marks:
-            told.saw(mark)
-    assert told.horizon(3) == at(100) and told.still(3)
+def test_the_marks_of_a_partition_count_what_its_next_owner_must_read_again_first():
+    """The previous owner's marks count records above the floor it committed: its successor
+    judges the partition's groups only once it has processed them again."""
+    shared = SharedHorizon(LATENESS)
+    shared.saw(Watermark(0, at(50), True, False, counted=120))
+    shared.saw(Watermark(0, at(50), True, False, counted=90))  # the successor's, from its floor
+    assert shared.counted(0) == 120 and shared.counted(1) == 0
+    successor = EventsProgress(IDLE)
+    successor.seed(0, 90, at(40))
+    assert successor.counted(0) < shared.counted(0)
+    successor.processed(0, offset=119, ts=at(50), now=1.0)
+    assert successor.counted(0) == shared.counted(0)
+
+
+def test_a_next_owner_reaches_the_newest_event_time_though_it_reads_nothing_again():
+    """After a rebalance that reads nothing again, the successor's watermarks carry the event
+    time its floor was committed with, and the horizon reaches it."""
+    earlier = EventsProgress(IDLE)
+    earlier.processed(0, offset=0, ts=at(100), now=1.0)
+    successor = EventsProgress(IDLE)
+    successor.seed(0, 1, earlier.below_floor(0, 1))
+    marks = [successor.mark(0, log_end=1, position=1, now=10.0 + i * IDLE) for i in range(2)]
+    assert rounds(marks[:1], marks[1:]).horizon(1) == at(100)

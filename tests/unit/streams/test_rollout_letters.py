@@ -1,4 +1,5 @@
-"""Bundles, the one-message size limit, and the rule that keeps both paths under it."""
+"""A whole rollout as a dead letter, the one-message size limit, and the rule that keeps both
+paths under it."""
 
 from __future__ import annotations
 
@@ -9,43 +10,43 @@ import pytest
 
 from schemas import codec
 from schemas.records import ModelRequest, QueueEntry
-from streams import bundles
+from streams import rollout_letters
 from streams.assembler import RolloutAssembly
+from streams.events_partition import EventsPartition
 from streams.message_size import MESSAGE_LIMIT, size_bound, too_large
-from streams.open_rollouts import OpenRollouts
 from streams.pipeline import PipelineConfig, process_log
+from streams.settled_groups import SettledGroups
 from tests.builders import T0, all_records, model_request
 from tests.unit.streams.test_pipeline import env, rollout
 
+HOUR = timedelta(hours=1)
 
-def test_a_bundle_assembles_as_the_log_does():
+
+def test_a_letter_assembles_as_the_log_does():
     events = rollout("r1", "g7", 2, 0, 0.0, 3.0)
     assembly = RolloutAssembly("r1")
     for event in events:
         assembly.add(event)
-    bundle = bundles.pack(codec.encode(e) for e in events)
-    assert [*bundles.messages(bundle)] == [codec.encode(e) for e in events]
-    assert bundles.assembly_of(bundle).assemble() == assembly.assemble()
+    letter = rollout_letters.pack(codec.encode(e) for e in events)
+    assert [*rollout_letters.messages(letter)] == [codec.encode(e) for e in events]
+    assert rollout_letters.assembly_of(letter).assemble() == assembly.assemble()
 
 
-def test_anything_but_a_whole_rollout_is_a_bad_bundle():
+def test_anything_but_a_whole_rollout_is_a_bad_letter():
     events = rollout("r1", "g7", 2, 0, 0.0, 3.0)
-    whole = bundles.pack(codec.encode(e) for e in events)
-    other = bundles.pack(codec.encode(e) for e in rollout("r2", "g7", 2, 1, 0.0, 3.0))
-    assert bundles.rollout_of(whole) == "r1"
+    whole = rollout_letters.pack(codec.encode(e) for e in events)
+    other = rollout_letters.pack(codec.encode(e) for e in rollout("r2", "g7", 2, 1, 0.0, 3.0))
     for bad in (
         b"",  # empty
         whole[:-3],  # cut in a message
         whole[:2],  # cut in a length
-        bundles.pack([b"garbage"]),  # no event
-        bundles.pack(codec.encode(e) for e in events[:-1]),  # no end
-        bundles.pack(codec.encode(e) for e in events[1:]),  # no start
+        rollout_letters.pack([b"garbage"]),  # no event
+        rollout_letters.pack(codec.encode(e) for e in events[:-1]),  # no end
+        rollout_letters.pack(codec.encode(e) for e in events[1:]),  # no start
         whole + other,  # two rollouts
     ):
-        with pytest.raises(bundles.BadBundleError):
-            bundles.assembly_of(bad)
-    with pytest.raises(bundles.BadBundleError):
-        bundles.rollout_of(b"")
+        with pytest.raises(rollout_letters.BadLetterError):
+            rollout_letters.assembly_of(bad)
 
 
 def test_the_size_bound_is_never_below_the_encoding():
@@ -70,22 +71,26 @@ def test_a_rollout_over_one_message_is_oversize_by_either_measure():
     events = huge_rollout("big", "gb", 0)
     raw = [codec.encode(e) for e in events]
     assert all(len(r) < MESSAGE_LIMIT for r in raw)
-    packed = len(bundles.pack(raw))
-    live = bundles.oversize("big", packed)
-    assert live is not None and str(packed) in live and "rollout big" in live
-    assert bundles.oversize_events("big", events) == live
+    packed = len(rollout_letters.pack(raw))
+    live = rollout_letters.oversize("big", packed)
+    assert live is not None and str(packed) in live and "rollout big's events" in live
+    assert rollout_letters.oversize_events("big", events) == live
     small = rollout("s", "g", 1, 1, 0.0, 1.0)
-    assert bundles.oversize_events("s", small) is None
-    assert bundles.oversize("s", len(bundles.pack(codec.encode(e) for e in small))) is None
+    assert rollout_letters.oversize_events("s", small) is None
+    assert (
+        rollout_letters.oversize("s", len(rollout_letters.pack(codec.encode(e) for e in small)))
+        is None
+    )
     assert too_large("x", MESSAGE_LIMIT) is None and too_large("x", MESSAGE_LIMIT + 1)
 
 
-def test_the_live_assembler_and_the_replay_leave_out_the_same_oversize_rollout():
+def test_the_live_worker_and_the_replay_leave_out_the_same_oversize_rollout():
     big, small = huge_rollout("big", "gb", 0), rollout("s", "gs", 1, 1, 0.0, 1.0)
-    rollouts = OpenRollouts(timedelta(hours=1))
-    done = [rollouts.add(i, e, codec.encode(e)) for i, e in enumerate(big)][-1]
-    assert done is not None
-    assert bundles.oversize(done.rollout_id, len(done.bundle)) is not None  # to forge.dlq
+    live = EventsPartition(PipelineConfig(window=None), timedelta(hours=1), SettledGroups(HOUR))
+    outputs = [live.add(i, e, codec.encode(e)) for i, e in enumerate(big)]
+    [dead] = [d for out in outputs for d in out.dead]  # to forge.dlq, never to its group
+    assert dead.key == b"gb" and dead.offset == 0 and "rollout big's events" in dead.reason
+    assert live.groups.open_groups == 0 and live.floor() == len(big)
     queue = [(0, QueueEntry("big", "gb", 1, T0)), (1, QueueEntry("s", "gs", 1, T0))]
     result = process_log([*big, *small], queue, [], PipelineConfig(window=None))
     assert [s.sample_id for s in result.samples] == ["s"]

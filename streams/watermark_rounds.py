@@ -1,0 +1,86 @@
+"""The watermarks' two tasks (``streams.watermarks``): every ``group_check_s`` this worker
+writes how far it has processed each forge.events partition it owns, and it follows the
+watermark topic — every worker's marks, in the order they were written — into its horizon."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Awaitable, Callable
+
+import faust
+from aiokafka import TopicPartition
+from aiokafka.errors import KafkaError
+from faust.exceptions import ConsumerNotStarted
+from faust.types import TP
+
+from infra.kafka_clients import async_consumer
+from streams.faust_transport import consumer_generation
+from streams.live_state import Generations, LiveState
+from streams.watermarks import SharedHorizon, Watermark
+
+log = logging.getLogger(__name__)
+
+
+def send_watermarks(
+    app: faust.App,
+    generations: Generations,
+    take_over: Callable[[LiveState, int], Awaitable[object]],
+    *,
+    events_topic: str,
+    watermarks: faust.types.TopicT,
+    group_check_s: float,
+) -> None:
+    """Adds the sending task to ``app``; ``take_over`` sets up an owned partition that has
+    had no record yet in this generation, so every owned partition has a mark and a claim."""
+
+    async def send_round(state: LiveState) -> None:
+        owned = {tp.partition for tp in app.consumer.assignment() if tp.topic == events_topic}
+        state.progress.keep_only(owned)
+        tps = [TP(events_topic, p) for p in sorted(owned)]
+        for tp in tps:
+            await take_over(state, tp.partition)
+        if not tps or generations.current(consumer_generation(app)) is not state:
+            return
+        ends = await app.consumer.highwaters(*tps)  # asked of the broker now, not cached
+        sent = []
+        for tp in tps:
+            position = await app.consumer.position(tp)
+            mark = state.progress.mark(tp.partition, ends.get(tp), position, time.monotonic())
+            sent.append(await watermarks.send(key=str(tp.partition).encode(),
+                                              value=mark.encode(), partition=0))  # fmt: skip
+        await asyncio.gather(*sent)
+
+    @app.task
+    async def send_watermarks_regularly() -> None:
+        """Each round is written before the next one's check, as the horizon's rule needs
+        (mode's timer keeps its pace)."""
+        async for _ in app.itertimer(group_check_s, name="watermarks"):
+            state = generations.at(consumer_generation(app))
+            if state is None:
+                continue
+            try:
+                await send_round(state)
+            except (KafkaError, ConsumerNotStarted, TimeoutError) as error:
+                log.warning("watermarks skipped this round: %s", error)  # the broker away
+
+
+async def follow_watermarks(bootstrap: str, topic: str, horizon: SharedHorizon) -> None:
+    """Read the watermark topic from its start, for good, into ``horizon``; what is not a
+    watermark is skipped with a warning (only this worker's kind writes there)."""
+    consumer = async_consumer(bootstrap, enable_auto_commit=False, fetch_max_wait_ms=100)
+    await consumer.start()
+    try:
+        tp = TopicPartition(topic, 0)
+        consumer.assign([tp])
+        await consumer.seek_to_beginning(tp)
+        while True:
+            for records in (await consumer.getmany(tp, timeout_ms=1000)).values():
+                for record in records:
+                    try:
+                        horizon.saw(Watermark.decode(record.value or b""))
+                    except ValueError as error:
+                        log.warning("%s@%d is no watermark: %s", topic, record.offset, error)
+    finally:
+        await consumer.stop()
