@@ -35,7 +35,7 @@ PRODUCER_DURABLE: dict[str, Any] = {
 }
 BATCH_BYTES = 1 << 20
 """A producer's batch per partition (the live worker's, its sequencer's, the replay's): many
-bundles, trajectories or samples (~17 KB each for 2k-token calls). At aiokafka's 16 KB
+trajectories or samples (~17 KB each for 2k-token calls). At aiokafka's 16 KB
 default each holds one, and a send to a partition whose batch is in flight waits for the
 broker's acknowledgement (docs/decisions.md, Streams)."""
 CONSUMER_LARGE: dict[str, Any] = {

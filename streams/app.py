@@ -35,11 +35,13 @@ from functools import partial
 from typing import Any
 
 import faust
+from faust.types import TP
 
 from infra.config import InfraSettings
 from infra.kafka_clients import BATCH_BYTES, ensure_topics, topic_partitions
 from infra.metrics_server import StreamsMetrics, serve_metrics
 from infra.partitioner import RememberingPartitioner
+from schemas.errors import ConfigError
 from schemas.records import Envelope
 from schemas.topics import DLQ, EVENTS, MAX_MESSAGE_BYTES, TRAJECTORIES
 from streams.analytics_wiring import wire_analytics
@@ -53,6 +55,7 @@ from streams.faust_transport import (
     Transport,
     consumer_generation,
     current_records,
+    request_rejoin,
 )
 from streams.group_scorer import Settlement
 from streams.group_writes import GroupWrites, Topics
@@ -63,7 +66,7 @@ from streams.owned_partitions import OwnedPartitions, Takeover
 from streams.scored_through import scored_through_topic
 from streams.sinks import SinkBuffer, call_rows
 from streams.stall_refetch import refetch_stalled_partitions
-from streams.watermark_rounds import follow_watermarks, send_watermarks
+from streams.watermark_rounds import follow_watermarks, other_events_topics, send_watermarks
 from streams.watermarks import EventsProgress, SharedHorizon
 
 log = logging.getLogger(__name__)
@@ -108,6 +111,15 @@ def create_streams_app(
          replace(TRAJECTORIES, name=settings.trajectories_topic)),
         timeout_s=infra.kafka_connect_timeout_s,
     )  # fmt: skip
+    others = other_events_topics(
+        bootstrap, watermarks_topic(settings.app_id), settings.events_topic
+    )
+    if others:
+        raise ConfigError(
+            f"app id {settings.app_id} has served events topic {', '.join(sorted(others))}: its "
+            f"marks, floors and watermarks are that topic's; run {settings.events_topic} under a "
+            "new FORGE_STREAMS_APP_ID"
+        )
     # acks=False: Faust never commits it; the floors are committed in the groups' transactions.
     events = app.topic(settings.events_topic, key_type=bytes, value_type=bytes, acks=False,
                        maxsize=BATCHES_BUFFERED)  # fmt: skip
@@ -145,13 +157,18 @@ def create_streams_app(
         letters,
         None if buffer is None else partial(_stored, buffer),
         committed,
+        owns=lambda partition: TP(settings.events_topic, partition) in app.consumer.assignment(),
+        rejoin=partial(request_rejoin, app),
     )  # fmt: skip
 
     async def send_on(writer: GroupWrites, out: Outputs, topic: str, partition: int) -> None:
-        """A rollout that cannot be scored to forge.dlq; settled groups to their transaction,
-        their calls rows to the analytics (rollout rows come from the sequencer)."""
+        """A rollout that cannot be scored to forge.dlq (the floor passes it once the letter is
+        acknowledged); settled groups to their transaction, their calls rows to the analytics
+        (rollout rows come from the sequencer)."""
         for dead in out.dead:
             await letters.of(topic, partition, dead.offset, dead.reason, dead.key, dead.value)
+            if dead.release is not None:
+                writer.partition.release(dead.release)
         if buffer is not None and out.settlements:
             buffer.add(calls=call_rows(
                 e for s in out.settlements for m in s.present for e in m.events.events
@@ -162,6 +179,8 @@ def create_streams_app(
         work, progress = writer.partition, state.progress
         out = Outputs()
         for message in batch:
+            if message.offset < work.taken_over_at:
+                continue  # committed by the previous owner after the consumer was positioned
             envelope = await letters.decoded(message, Envelope)
             if envelope is None:
                 work.passed(message.offset)
@@ -199,7 +218,9 @@ def create_streams_app(
 
     @app.task
     async def read_watermarks() -> None:
-        await follow_watermarks(bootstrap, watermarks_topic(settings.app_id), horizon)
+        await follow_watermarks(
+            bootstrap, watermarks_topic(settings.app_id), settings.events_topic, horizon
+        )
 
     @app.timer(interval=settings.group_check_s)
     async def check_timeouts() -> None:
@@ -237,6 +258,10 @@ def create_streams_app(
     @app.task
     async def sequence() -> None:
         await run_sequencer(settings, bootstrap, config, buffer, on_emitted=metrics.samples.inc)
+
+    @app.on_partitions_revoked.connect  # type: ignore[arg-type]
+    async def stop_writers_on_revoke(sender: Any, revoked: set[TP], **kwargs: Any) -> None:
+        owned.revoke(consumer_generation(app))
 
     @app.on_before_shutdown.connect  # type: ignore[arg-type]
     async def stop_writers(sender: Any, **kwargs: Any) -> None:

@@ -94,7 +94,8 @@ class StreamsSettings(ForgeSettings):
 
     @property
     def sequencer_flush_s(self) -> float:
-        """The sequencer's quiet period outlasts the assembler's plus one timeout check, so the
+        """The sequencer's quiet period outlasts the worker's plus one timeout check, so the
         groups timed out at the end of the log are scored before everything is applied: quiet,
-        then two rounds of watermarks (``streams.watermarks``) and the check that ticks them."""
+        then two rounds of watermarks (``streams.watermarks``) and the check that settles
+        them."""
         return 2 * self.idle_flush_s + 3 * self.group_check_s

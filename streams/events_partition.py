@@ -38,7 +38,8 @@ def misplaced(envelope: Envelope, partition: int, partitions: int) -> str | None
         f"rollout {envelope.rollout_id} starts on forge.events partition {partition}, but its "
         f"group {start.group_id} hashes to {home}: the log is keyed by rollout, not group id, "
         f"and is not scored live (a replay reads it as it is); rewrite it with "
-        f"`{REKEY_COMMAND} --out-topic TOPIC` and point the worker at TOPIC"
+        f"`{REKEY_COMMAND} --out-topic TOPIC` and run the worker on TOPIC under a new "
+        f"FORGE_STREAMS_APP_ID"
     )
 
 
@@ -50,6 +51,9 @@ class DeadRollout:
     offset: int
     reason: str
     value: bytes = b""
+    release: str | None = None
+    """The rollout the floor may pass once the letter is acknowledged (``release``); None
+    for a member of a settled group, let go with its group."""
 
 
 @dataclass
@@ -59,9 +63,19 @@ class Outputs:
 
 
 class EventsPartition:
-    def __init__(self, config: PipelineConfig, expire_after: timedelta, settled: SettledGroups):
+    def __init__(
+        self,
+        config: PipelineConfig,
+        expire_after: timedelta,
+        settled: SettledGroups,
+        taken_over_at: int = 0,
+    ) -> None:
         self.rollouts = OpenRollouts(expire_after)
         self.groups = GroupScorer(config, settled)
+        self.taken_over_at = taken_over_at
+        """The floor committed when this worker took the partition over: the records below it
+        are done (the consumer may still hand some over, positioned before a previous owner's
+        last commit)."""
         self._offsets: dict[str, int] = {}
         """Each ended member's start, while its group is not committed: its dead letter's."""
 
@@ -77,14 +91,14 @@ class EventsPartition:
             size = len(rollout_letters.pack(ended.messages))
             reason = rollout_letters.oversize(ended.rollout_id, size)
             if reason is not None:
-                out.dead.append(DeadRollout(ended.group.encode(), ended.offset, reason))
-                self.rollouts.release(ended.rollout_id)
+                out.dead.append(DeadRollout(ended.group.encode(), ended.offset, reason,
+                                            release=ended.rollout_id))  # fmt: skip
             else:
                 self._offsets[ended.rollout_id] = ended.offset
                 self._settled(self.groups.offer(ended.group, Member.of(ended)), out)
         for expired in self.rollouts.expire():
             out.dead.append(DeadRollout(expired.rollout_id.encode(), expired.offset,
-                                        expired.reason))  # fmt: skip
+                                        expired.reason, release=expired.rollout_id))  # fmt: skip
         return out
 
     def passed(self, offset: int) -> None:
@@ -101,11 +115,15 @@ class EventsPartition:
     def _settled(self, settlement: Settlement | None, out: Outputs) -> None:
         if settlement is None:
             return
+        dead = {member.rollout_id for member, _ in settlement.dead}
         for member, reason in settlement.dead:
             offset = self._offsets[member.rollout_id]
-            out.dead.append(DeadRollout(settlement.group.encode(), offset, reason, member.letter()))
+            after = member.rollout_id if settlement.mark is None else None  # else with the group
+            out.dead.append(DeadRollout(settlement.group.encode(), offset, reason,
+                                        member.letter(), after))  # fmt: skip
         for rollout_id in settlement.released:
-            self._let_go(rollout_id)
+            if rollout_id not in dead:
+                self.release(rollout_id)
         if settlement.mark is not None:
             out.settlements.append(settlement)
 
@@ -113,14 +131,16 @@ class EventsPartition:
         """The group goes into a transaction with the floor: the floor there may pass its
         members."""
         for rollout_id in self.groups.writing(group):
-            self._let_go(rollout_id)
+            self.release(rollout_id)
 
     def written(self, group: str) -> None:
         """The group's trajectories and mark are committed."""
         for rollout_id in self.groups.written(group):
-            self._let_go(rollout_id)
+            self.release(rollout_id)
 
-    def _let_go(self, rollout_id: str) -> None:
+    def release(self, rollout_id: str) -> None:
+        """The rollout is done with here (its dead letter acknowledged, or its group's outputs
+        committed): the floor may pass it."""
         self._offsets.pop(rollout_id, None)
         self.rollouts.release(rollout_id)
 

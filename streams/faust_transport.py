@@ -190,3 +190,15 @@ class Transport(faust_aiokafka.Transport):  # type: ignore[misc]
     def __init__(self, url: Any, app: Any, *, batched_topics: Collection[str] = ()) -> None:
         super().__init__(url, app)
         self.batched_topics = frozenset(batched_topics)
+
+
+async def request_rejoin(app: Any) -> None:
+    """Ask the group coordinator for a new generation (Faust 0.15 has no public call): the
+    rebalance that follows hands every partition out afresh. Made on Faust's consumer thread,
+    which owns the aiokafka consumer."""
+    thread = app.consumer._thread
+
+    async def rejoin() -> None:
+        thread._ensure_consumer()._coordinator.request_rejoin()
+
+    await thread.call_thread(rejoin)

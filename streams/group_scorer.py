@@ -60,7 +60,7 @@ class Settlement:
     """The members that ended in time (their calls go to the analytics)."""
     mark: SettledMark | None = None
     released: list[str] = field(default_factory=list)
-    """Rollouts the floor may pass now: arrivals at a group whose mark is committed."""
+    """Arrivals turned away that the floor may pass (a dead one once its letter is sent)."""
 
 
 class GroupScorer:
@@ -86,12 +86,13 @@ class GroupScorer:
         copy that changes nothing). Without ``horizon`` only a full group settles."""
         settling = self._settling.get(group)
         if settling is not None:
-            if member is not None:
-                settling[1].add(member.rollout_id)
-            return _turned_away(group, settling[0], member, released=False)
+            if member is not None and member.rollout_id in settling[0].rollouts:
+                settling[1].add(member.rollout_id)  # a copy: let go with the group
+                return None
+            return _turned_away(group, settling[0], member)
         mark = self.settled.get(group)
         if mark is not None:
-            return _turned_away(group, mark, member, released=True)
+            return _turned_away(group, mark, member)
         members = self._open.get(group, {})
         if member is not None:
             if member.rollout_id in members:
@@ -164,19 +165,15 @@ class GroupScorer:
 SCORED_AT_TIMEOUT = "member of a group scored at its timeout"
 
 
-def _turned_away(
-    group: str, mark: SettledMark, member: Member | None, *, released: bool
-) -> Settlement | None:
-    """An arrival at a settled group: a check or a copy of a member is nothing; another member
-    is dead-lettered (the group was scored without it). Either may be let go at once when the
-    group's mark is committed (``released``)."""
+def _turned_away(group: str, mark: SettledMark, member: Member | None) -> Settlement | None:
+    """An arrival at a settled group: a check is nothing; a copy of a member is let go;
+    another member is dead-lettered (the group was scored without it), then let go."""
     if member is None:
         return None
-    let_go = [member.rollout_id] if released else []
     if member.rollout_id in mark.rollouts:
-        return Settlement(group, [], [], [], released=let_go) if let_go else None
+        return Settlement(group, [], [], [], released=[member.rollout_id])
     reason = SCORED_AT_TIMEOUT if mark.timed_out else "member of a group already scored"
-    return Settlement(group, [], [(member, reason)], [], released=let_go)
+    return Settlement(group, [], [(member, reason)], [], released=[member.rollout_id])
 
 
 _NEVER = datetime.min.replace(tzinfo=UTC)

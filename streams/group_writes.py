@@ -9,9 +9,10 @@ aborts its open transaction before it reads the marks (``streams.settled_groups`
 ``processing_guarantee="exactly_once"`` does not fit (docs/decisions.md): it commits only the
 offsets Faust itself acked, never a floor held below open rollouts.
 
-A producer fenced stays so: the partition waits for the next generation, whose owner starts
-one of its own. Any other failure (the broker away) aborts the transaction and tries again
-after a bounded backoff, everything not committed kept.
+A failure the transaction can be aborted after (the broker away) is retried after a bounded
+backoff, everything not committed kept. A producer fenced, or failed for good, commits
+nothing more: ``on_failed`` asks for a new generation, whose owner takes the partition over
+afresh.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 from aiokafka import AIOKafkaProducer, TopicPartition
-from aiokafka.errors import IllegalOperation, KafkaError, ProducerFenced
+from aiokafka.errors import ProducerFenced
 from aiokafka.structs import OffsetAndMetadata
 
 from infra.kafka_clients import BATCH_BYTES, PRODUCER_DURABLE
@@ -53,7 +54,11 @@ async def start_producer(bootstrap: str, app_id: str, partition: int) -> AIOKafk
         bootstrap_servers=bootstrap, transactional_id=transactional_id(app_id, partition),
         max_batch_size=BATCH_BYTES, **PRODUCER_DURABLE,
     )  # fmt: skip
-    await producer.start()
+    try:
+        await producer.start()
+    except BaseException:
+        await producer.stop()
+        raise
     return producer
 
 
@@ -66,8 +71,10 @@ class GroupWrites:
         partition: EventsPartition,
         progress: EventsProgress,
         topics: Topics,
+        *,
         before_commit: Callable[[], Awaitable[None]] | None = None,
         on_committed: Callable[[list[Settlement]], None] | None = None,
+        on_failed: Callable[[GroupWrites], Awaitable[None]] | None = None,
     ) -> None:
         self.producer = producer
         self.events = events
@@ -77,7 +84,9 @@ class GroupWrites:
         self.topics = topics
         self.before_commit = before_commit
         self.on_committed = on_committed
-        self.fenced = False
+        self.on_failed = on_failed
+        self.failed = False
+        """Fenced, or the producer failed for good: nothing more is committed here."""
         self._new: list[Settlement] = []
         self._forgotten: list[str] = []
         self._attempt: list[Settlement] = []
@@ -101,13 +110,13 @@ class GroupWrites:
     def request(self) -> None:
         """Commit what is new, and the floor if it moved, unless a commit is on its way (it
         takes everything new before it ends)."""
-        if self.fenced or (self._task is not None and not self._task.done()):
+        if self.failed or (self._task is not None and not self._task.done()):
             return
         self._task = asyncio.ensure_future(self._write_all())
 
     async def _write_all(self) -> None:
         backoff = MIN_BACKOFF_S
-        while not self.fenced:
+        while not self.failed:
             taken, self._new = self._new, []
             for settlement in taken:
                 self.partition.writing(settlement.group)
@@ -120,18 +129,14 @@ class GroupWrites:
             try:
                 await self._transaction(self._attempt, self._forgetting, floor)
             except ProducerFenced:
-                log.warning("%s: fenced, another owner has the partition", self.events)
-                self.fenced = True
+                await self._fail("fenced: another producer has its id")
                 return
-            except KafkaError as error:
-                if self.producer._txn_manager.is_fatal_error():  # aiokafka 0.14: no accessor
-                    log.error("%s: the producer failed for good (%r): the partition waits "
-                              "for the next generation", self.events, error)  # fmt: skip
-                    self.fenced = True
+            except Exception as error:  # aiokafka raises more than KafkaError (IllegalOperation)
+                if _fatal(self.producer) or not await self._aborted():
+                    await self._fail(f"the producer failed ({error!r})")
                     return
                 log.warning("%s: a transaction failed (%r): again in %.1f s", self.events,
                             error, backoff)  # fmt: skip
-                await self._abort()
                 await asyncio.sleep(backoff)
                 backoff = min(MAX_BACKOFF_S, 2 * backoff)
                 continue
@@ -142,6 +147,12 @@ class GroupWrites:
                 self.partition.written(settlement.group)
             if self.on_committed is not None:
                 self.on_committed(done)
+
+    async def _fail(self, why: str) -> None:
+        log.warning("%s: %s; nothing more is committed by this producer", self.events, why)
+        self.failed = True
+        if self.on_failed is not None:
+            await self.on_failed(self)
 
     async def _transaction(
         self, settlements: list[Settlement], forgotten: list[str], floor: int | None
@@ -172,15 +183,39 @@ class GroupWrites:
         await asyncio.gather(*sent)
         await self.producer.commit_transaction()
 
-    async def _abort(self) -> None:
+    async def _aborted(self) -> bool:
+        """The open transaction aborted (or none open); False when the producer cannot."""
+        if not _in_transaction(self.producer):
+            return True
         try:
             await self.producer.abort_transaction()
-        except (KafkaError, IllegalOperation) as error:  # not in a transaction; the broker away
+        except Exception as error:  # state checks raise AssertionError, the broker KafkaError
             log.warning("%s: abort failed (%r)", self.events, error)
+            return False
+        return True
 
     async def stop(self) -> None:
-        """At the end of the generation: what is not committed is read again by the next."""
-        self.fenced = True
+        """At the end of the generation: what is not committed is read again by the next
+        owner. An open transaction is aborted, or the broker would hold the readers of
+        forge.trajectories and the marks at it until the transaction timeout."""
+        self.failed = True
         if self._task is not None:
             self._task.cancel()
+        try:
+            async with asyncio.timeout(STOP_ABORT_S):
+                await self._aborted()
+        except TimeoutError:
+            log.warning("%s: the open transaction was not aborted in time", self.events)
         await self.producer.stop()
+
+
+STOP_ABORT_S = 5.0
+
+
+def _in_transaction(producer: AIOKafkaProducer) -> bool:
+    """aiokafka 0.14 has no public accessor for its transaction state."""
+    return bool(producer._txn_manager.is_in_transaction())
+
+
+def _fatal(producer: AIOKafkaProducer) -> bool:
+    return bool(producer._txn_manager.is_fatal_error())

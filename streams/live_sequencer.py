@@ -48,7 +48,7 @@ from streams.sinks import UNSET_STALENESS, SinkBuffer, rollout_row
 log = logging.getLogger(__name__)
 MIN_BACKOFF_S, MAX_BACKOFF_S = 0.5, 10.0
 CLAIMS_FRESH = 3
-"""Rounds of ``group_check_s`` within which every scorer partition's last claim must have been
+"""Rounds of ``group_check_s`` within which every events partition's last claim must have been
 read for the end of a log to be applied whole: a paused or dead owner's claims stop."""
 STABLE_TERM_S = 60.0
 """A term that ran this long ended by a new fault: retry it from the shortest backoff."""
@@ -162,16 +162,16 @@ async def _sequence(
     """One term: fence, learn what forge.train holds, rebuild from the inputs, then follow.
 
     Nothing is applied before the inputs are read up to their ends at the term's start. Then
-    the watermark is the oldest scorer partition's claim (``streams.scored_through``): a
+    the watermark is the oldest events partition's claim (``streams.scored_through``): a
     group's trajectories may come late (their partition with a paused or dead worker, or
     upstream working through a backlog), and nothing completed before the claim can. Queue
     entries and policy updates are stamped as they are written: for them the watermark also
     trails the wall clock by ``lateness_s``. Once the inputs are quiet for
-    ``sequencer_flush_s`` the wall clock is dropped, and once every scorer partition's owner,
+    ``sequencer_flush_s`` the wall clock is dropped, and once every events partition's owner,
     alive, claims nothing is on its way, every fact is applied: the end of a log, as a replay
     applies it. Until every partition has claimed, nothing is applied.
 
-    Rollout rows are written here, not by the scorer: each rollout's first scoring applied
+    Rollout rows are written here, not where groups are scored: each rollout's first scoring applied
     (the one the FIFO keeps) without a staleness, and again with the staleness it was consumed
     at once its sample is committed — so analytics hold what was trained, even for a group
     scored twice. A term starts by recording forge.train's samples again.

@@ -97,13 +97,14 @@ class OpenRollouts:
                             tuple(rollout.messages))  # fmt: skip
 
     def release(self, rollout_id: str) -> None:
-        """The rollout is settled for good (its group's outputs committed) or dead-lettered:
-        the floor may pass it."""
+        """The rollout is settled for good (its group's outputs committed) or its dead letter
+        acknowledged: the floor may pass it."""
         self.floor.release(rollout_id)
 
     def expire(self) -> list[ExpiredRollout]:
-        """Let go of the rollouts open ``expire_after`` past their start in event time (the
-        oldest first; one started out of order goes when those before it have)."""
+        """Give up the rollouts open ``expire_after`` past their start in event time (the
+        oldest first; one started out of order goes when those before it have), still held
+        until ``release``: their dead letters first."""
         expired: list[ExpiredRollout] = []
         if self._newest is None:
             return expired
@@ -118,5 +119,4 @@ class OpenRollouts:
             )))  # fmt: skip
         for gone in expired:
             del self._open[gone.rollout_id]
-            self.floor.release(gone.rollout_id)
         return expired

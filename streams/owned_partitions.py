@@ -59,40 +59,72 @@ class OwnedPartitions:
         letters: DeadLetters,
         before_commit: Callable[[], Awaitable[None]] | None,
         on_committed: Callable[[list[Settlement]], None],
+        *,
+        owns: Callable[[int], bool],
+        rejoin: Callable[[], Awaitable[None]],
     ) -> None:
+        """``owns``: whether an events partition is in the consumer's assignment now;
+        ``rejoin``: asks the group for a new generation."""
         self.takeover = takeover
         self.letters = letters
         self.before_commit = before_commit
         self.on_committed = on_committed
-        self._generation: int | None = None
+        self.owns = owns
+        self.rejoin = rejoin
+        self._generation = -1
+        self._revoked = -1
+        """Generations up to this one are over: their partitions are being handed out."""
         self._writers: dict[int, GroupWrites] = {}
         self._locks: dict[int, asyncio.Lock] = {}
         self._stopping: set[asyncio.Future[None]] = set()
 
+    def _current(self, state: LiveState) -> bool:
+        return state.generation == self._generation and state.generation > self._revoked
+
     def writers(self, state: LiveState | None) -> dict[int, GroupWrites]:
         """The partitions taken over in ``state``'s generation."""
-        if state is None or state.generation != self._generation:
+        if state is None or not self._current(state):
             return {}
         return dict(self._writers)
 
     async def writer(self, state: LiveState, partition: int) -> GroupWrites | None:
         """The partition's writer, taken over first if it is not yet (the broker away: tried
-        again until it answers); None once ``state``'s generation is gone."""
-        if state.generation != self._generation:
+        again until it answers); None for a generation gone, or a partition not owned. The
+        generation only moves forward: a task still holding an older one finds nothing."""
+        if state.generation <= max(self._generation - 1, self._revoked):
+            return None
+        if state.generation > self._generation:
             self._new_generation(state.generation)
         found = self._writers.get(partition)
         if found is not None:
             return found
         lock = self._locks.setdefault(partition, asyncio.Lock())
         async with lock:
-            while state.generation == self._generation and partition not in self._writers:
+            while self._current(state) and partition not in self._writers:
+                if not self.owns(partition):
+                    return None
                 try:
                     await self._take_over(state, partition)
                 except (KafkaError, TimeoutError) as error:
                     log.warning("taking over events partition %d failed (%r): again in %.0f s",
                                 partition, error, RETRY_S)  # fmt: skip
                     await asyncio.sleep(RETRY_S)
-        return self._writers.get(partition) if state.generation == self._generation else None
+        return self._writers.get(partition) if self._current(state) else None
+
+    def revoke(self, generation: int) -> None:
+        """A rebalance begins: the writers of ``generation`` stop, and nothing of it is taken
+        over again (its partitions' next owners read again what they did not commit)."""
+        self._revoked = max(self._revoked, generation)
+        self._stop_writers()
+
+    async def _failed(self, writer: GroupWrites) -> None:
+        """A writer's producer was fenced or failed for good while this generation owns its
+        partition (another worker's stale takeover fenced it, or aiokafka gave up): a new
+        generation takes every partition over afresh. Never a new producer here: a zombie
+        doing that would fence the partition's rightful owner."""
+        if self._writers.get(writer.events.partition) is writer:
+            log.warning("%s cannot commit: asking the group for a new generation", writer.events)
+            await self.rejoin()
 
     async def _take_over(self, state: LiveState, partition: int) -> None:
         t = self.takeover
@@ -110,17 +142,23 @@ class OwnedPartitions:
         except BaseException:
             await producer.stop()
             raise
-        if state.generation != self._generation:
+        if not self._current(state):
             await producer.stop()
             return
         state.progress.seed(partition, floor, newest)
-        work = state.partitions[partition] = EventsPartition(t.config, t.expire_after, settled)
+        work = EventsPartition(t.config, t.expire_after, settled, taken_over_at=floor)
+        state.partitions[partition] = work
         self._writers[partition] = GroupWrites(
             producer, events, t.consumer_group, work, state.progress, t.topics,
-            self.before_commit, self.on_committed,
+            before_commit=self.before_commit, on_committed=self.on_committed,
+            on_failed=self._failed,
         )  # fmt: skip
 
     def _new_generation(self, generation: int) -> None:
+        self._stop_writers()
+        self._generation = generation  # the locks stay: a takeover still on its way ends first
+
+    def _stop_writers(self) -> None:
         """What the last generation took over is stopped: its uncommitted outputs are read
         again by the next owner (this worker, maybe), whose producer fences these anyway."""
         for writer in self._writers.values():
@@ -128,11 +166,10 @@ class OwnedPartitions:
             self._stopping.add(stopping)
             stopping.add_done_callback(self._stopping.discard)
         self._writers = {}
-        self._generation = generation  # the locks stay: a takeover still on its way ends first
 
     async def stop(self) -> None:
-        await asyncio.gather(*(writer.stop() for writer in self._writers.values()))
-        self._writers = {}
+        self._stop_writers()
+        await asyncio.gather(*self._stopping, return_exceptions=True)
 
 
 async def committed_floor(

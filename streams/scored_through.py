@@ -1,14 +1,14 @@
-"""How far each scorer partition has written forge.trajectories, as an event time the live
+"""How far each events partition has written forge.trajectories, as an event time the live
 sequencer can trust (pure).
 
 The sequencer applies a fact only once nothing older can still arrive. For queue entries and
 policy updates a lag behind the wall clock (``lateness_s``) is enough: their producers stamp
 them as they write them. A group's trajectories can come much later than its completion time:
-their scorer partition may sit with a worker that is paused, or dead and not yet replaced
+their events partition may sit with a worker that is paused, or dead and not yet replaced
 (a broker session), or working through a backlog. Then a lag on the wall clock lets the
 sequencer apply later facts first, and time out or reorder what a replay would not.
 
-So every ``group_check_s`` each scorer partition's owner sends a ``ScoredThrough`` claim:
+So every ``group_check_s`` each events partition's owner sends a ``ScoredThrough`` claim:
 every trajectory of that partition's groups completed before ``through`` is in
 forge.trajectories below ``ends``. The claim is true when sent — ``through`` is held below
 every open group's deadline and every settled group whose trajectories are not yet
@@ -36,7 +36,7 @@ beyond this are dropped (only progress is lost, never correctness)."""
 
 
 def scored_through_topic(app_id: str) -> str:
-    """Partitioned as the scorer's topic: partition p holds scorer partition p's claims."""
+    """Partitioned as forge.events: partition p holds events partition p's claims."""
     return f"{app_id}.scored-through"
 
 
@@ -81,7 +81,7 @@ class ScoredThrough:
 
 
 class ScoredHorizon:
-    """The sequencer's side: the newest claim of each scorer partition it can rely on.
+    """The sequencer's side: the newest claim of each events partition it can rely on.
 
     It knows how many partitions must claim from the start (the claims topic's): a horizon
     that learnt the count from the first claim treated "no claim yet" as "nothing to wait
@@ -101,7 +101,7 @@ class ScoredHorizon:
         claim idle from before its pause while the partition's owner has work on its way."""
 
     def saw(self, claim: ScoredThrough, now: float) -> None:
-        """ValueError for a claim of another partitioning (the scorer's topic is never
+        """ValueError for a claim of another partitioning (forge.events is never
         grown: a new one needs a new app id)."""
         if claim.partitions != self.partitions:
             raise ValueError(f"a claim of {claim.partitions} partitions, not {self.partitions}")

@@ -1,17 +1,16 @@
-"""What the scorer remembers of the groups it settled: one mark per group, kept in a compacted
-topic beside its input.
+"""What the worker remembers of the groups it settled: one mark per group (its members, by
+rollout id), kept in a compacted topic partitioned as forge.events.
 
-A group's members live only in memory until it settles (``streams.group_scorer``). Once its
-outputs are acknowledged the scorer writes the group's mark and lets the commit floor pass
-its messages; from then on the mark alone turns away what still arrives for it — a copy of a
-member (an assembler read its partition again after a restart) or a member that ended after
-the group's timeout — whether this worker or the partition's next owner (it loads the
-partition's marks before reading the partition) sees it. A mark is written only after the
-trajectories: a restart in between settles the group again, never skips it.
+A group's members live only in memory until it settles (``streams.group_scorer``). Its mark is
+written in the same transaction as its trajectories and the partition's floor
+(``streams.group_writes``); from then on the mark alone turns away what still arrives for it —
+a copy of a member (the partition read again after a restart) or a member that ended after the
+group's timeout — whether this worker or the partition's next owner (it loads the partition's
+marks before reading the partition) sees it.
 
 Marks are forgotten (a tombstone in the topic) once the horizon is ``keep`` past the group's
-deadline: by then no member can still arrive — a rollout open that long is let go by the
-assembler (``streams.open_rollouts``), and so a restart never reads further back.
+deadline: by then no member can still arrive — a rollout open that long is given up
+(``streams.open_rollouts``), and so a restart never reads further back.
 """
 
 from __future__ import annotations
@@ -109,9 +108,10 @@ class MarkRecord:
 
 
 async def read_marks(bootstrap: str, topic: str, partition: int) -> list[MarkRecord]:
-    """The partition's log as it is now, in order. Read as the scorer takes the partition
-    over, before its first arrival: a fetch waiting the default 500 ms for new records held
-    the seek and the end behind it, and the scorer of a backlog idle 0.5 s a partition."""
+    """The partition's log as it is now, in order (committed records only). Read as the worker
+    takes the partition over, before its first record: a fetch waiting the default 500 ms
+    for new records held the seek and the end behind it, and a backlog idle 0.5 s a
+    partition."""
     consumer = async_consumer(bootstrap, enable_auto_commit=False, fetch_max_wait_ms=10)
     await consumer.start()
     try:

@@ -3,10 +3,10 @@
 Faust 0.15 fetches only the partitions in its consumer's active set; flow control takes a
 partition out while its stream buffer is full and rebalances rebuild the set. In 1 of about 4
 runs of the kill -9 restart test a worker restarted into two rebalances (its dead
-predecessor still in the group) read every partition except one of the scorer's: its
-committed offset stayed just before two member bundles, Faust's recovery had ended, the
-agent waited on its stream, and two groups were never scored — until another rebalance,
-which does not come. The cause inside Faust is not pinned down; this watch names such a
+predecessor still in the group) read every partition except one of its internal topic's (the
+worker had two stages then): its committed offset stayed just before two members, Faust's
+recovery had ended, the agent waited on its stream, and two groups were never scored — until
+another rebalance, which does not come. The cause inside Faust is not pinned down; this watch names such a
 partition in the log (with where Faust holds it) and hands it back to the fetcher.
 """
 

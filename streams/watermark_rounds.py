@@ -1,6 +1,11 @@
 """The watermarks' two tasks (``streams.watermarks``): every ``group_check_s`` this worker
 writes how far it has processed each forge.events partition it owns, and it follows the
-watermark topic — every worker's marks, in the order they were written — into its horizon."""
+watermark topic — every worker's marks, in the order they were written — into its horizon.
+
+Each mark is keyed by its events topic and partition. An app id serves one events topic: its
+marks, claims and floors are that topic's (a mark's offsets mean nothing on another), so a
+worker pointed at another topic under the same app id is refused at start
+(``other_events_topics``)."""
 
 from __future__ import annotations
 
@@ -14,8 +19,9 @@ from aiokafka import TopicPartition
 from aiokafka.errors import KafkaError
 from faust.exceptions import ConsumerNotStarted
 from faust.types import TP
+from kafka import TopicPartition as KafkaTopicPartition
 
-from infra.kafka_clients import async_consumer
+from infra.kafka_clients import async_consumer, sync_consumer
 from streams.faust_transport import consumer_generation
 from streams.live_state import Generations, LiveState
 from streams.watermarks import SharedHorizon, Watermark
@@ -46,9 +52,8 @@ def send_watermarks(
         ends = await app.consumer.highwaters(*tps)  # asked of the broker now, not cached
         sent = []
         for tp in tps:
-            position = await app.consumer.position(tp)
-            mark = state.progress.mark(tp.partition, ends.get(tp), position, time.monotonic())
-            sent.append(await watermarks.send(key=str(tp.partition).encode(),
+            mark = state.progress.mark(tp.partition, ends.get(tp), time.monotonic())
+            sent.append(await watermarks.send(key=mark_key(events_topic, tp.partition),
                                               value=mark.encode(), partition=0))  # fmt: skip
         await asyncio.gather(*sent)
 
@@ -66,9 +71,38 @@ def send_watermarks(
                 log.warning("watermarks skipped this round: %s", error)  # the broker away
 
 
-async def follow_watermarks(bootstrap: str, topic: str, horizon: SharedHorizon) -> None:
-    """Read the watermark topic from its start, for good, into ``horizon``; what is not a
-    watermark is skipped with a warning (only this worker's kind writes there)."""
+def mark_key(events_topic: str, partition: int) -> bytes:
+    return f"{events_topic}/{partition}".encode()
+
+
+def _events_topic_of(key: bytes | None) -> str | None:
+    topic, slash, _ = (key or b"").decode(errors="replace").rpartition("/")
+    return topic if slash else None
+
+
+def other_events_topics(bootstrap: str, topic: str, events_topic: str) -> set[str]:
+    """The events topics other than ``events_topic`` whose marks the watermark ``topic``
+    holds (read whole at start: compacted, a few records a partition)."""
+    consumer = sync_consumer(bootstrap, enable_auto_commit=False)
+    try:
+        tp = KafkaTopicPartition(topic, 0)
+        consumer.assign([tp])
+        consumer.seek_to_beginning(tp)
+        end = consumer.end_offsets([tp])[tp]
+        found: set[str] = set()
+        while consumer.position(tp) < end:
+            for records in consumer.poll(timeout_ms=1000).values():
+                found |= {t for r in records if (t := _events_topic_of(r.key)) is not None}
+        return found - {events_topic}
+    finally:
+        consumer.close()
+
+
+async def follow_watermarks(
+    bootstrap: str, topic: str, events_topic: str, horizon: SharedHorizon
+) -> None:
+    """Read the watermark topic from its start, for good, into ``horizon``: the marks of
+    ``events_topic``; what is not a watermark is skipped with a warning."""
     consumer = async_consumer(bootstrap, enable_auto_commit=False, fetch_max_wait_ms=100)
     await consumer.start()
     try:
@@ -78,6 +112,8 @@ async def follow_watermarks(bootstrap: str, topic: str, horizon: SharedHorizon) 
         while True:
             for records in (await consumer.getmany(tp, timeout_ms=1000)).values():
                 for record in records:
+                    if _events_topic_of(record.key) != events_topic:
+                        continue
                     try:
                         horizon.saw(Watermark.decode(record.value or b""))
                     except ValueError as error:

@@ -107,7 +107,6 @@ class _Progress:
     next_offset: int | None = None
     newest: datetime | None = None
     last_event_at: float | None = None
-    level_since: float | None = None
     floor_time: FloorEventTime = field(default_factory=FloorEventTime)
 
 
@@ -151,22 +150,16 @@ class EventsProgress:
         for partition in set(self._partitions) - partitions:
             del self._partitions[partition]
 
-    def mark(
-        self, partition: int, log_end: int | None, position: int | None, now: float
-    ) -> Watermark:
-        """``log_end``: the partition's high watermark; ``position``: the consumer's fetch
-        position. Fetched is not processed, so a partition with nothing processed (or ending
-        in records that carry no event) counts as caught up once level for the idle period."""
+    def mark(self, partition: int, log_end: int | None, now: float) -> Watermark:
+        """``log_end``: the partition's high watermark, asked of the broker now. Caught up
+        only once every record below it is processed (fetched is not processed: a record in
+        the stream's buffer may end a group's member), the floor the partition was taken over
+        at counting as processed. forge.events is written without transactions, so its last
+        record is just below its end."""
         progress = self._partitions.setdefault(partition, _Progress())
-        level = log_end is not None and position is not None and position >= log_end
-        if not level:
-            progress.level_since = None
-        elif progress.level_since is None:
-            progress.level_since = now
-        caught_up = level and (
-            (progress.next_offset is not None and log_end is not None
-             and progress.next_offset >= log_end)
-            or (progress.level_since is not None and now - progress.level_since >= self.idle_s)
+        caught_up = (
+            progress.next_offset is not None and log_end is not None
+            and progress.next_offset >= log_end
         )  # fmt: skip
         quiet = caught_up and (
             progress.last_event_at is None or now - progress.last_event_at >= self.idle_s

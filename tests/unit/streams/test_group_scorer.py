@@ -60,6 +60,9 @@ def test_a_complete_group_is_scored_once_and_its_arrivals_turned_away_before_and
     assert groups.offer("g", member(b)) is None  # a copy, while its outputs are on their way
     assert groups.writing("g") == {"a", "b"}  # the floor in its transaction passes them
     assert groups.offer("g", member(b)) is None  # read again before the commit: held still
+    late = member(rollout("l", "g", 2, 3, 0.0, 5.0))
+    refused = groups.offer("g", late)  # dead-lettered, let go once its letter is sent
+    assert refused is not None and refused.released == ["l"] and refused.dead
     assert groups.written("g") == {"b"} and groups.settled.get("g") == settled.mark
     copy = groups.offer("g", member(b))  # after it: let go at once
     assert copy is not None and copy.released == ["b"] and not copy.dead
@@ -88,9 +91,10 @@ def test_a_timeout_in_event_time_scores_who_ended_by_the_deadline_and_turns_away
         turned_away = groups.offer("g", straggler)
         assert turned_away is not None and turned_away.trajectories == []
         assert turned_away.dead == [(straggler, "member of a group scored at its timeout")]
+        assert turned_away.released == ["z"]
         assert not groups.offer("g", None, T0 + 2 * TIMEOUT)  # a check turns nothing away
         if groups.settled.get("g") is None:
-            assert committed(groups, "g") == {"x", "y", "z"}
+            assert committed(groups, "g") == {"x", "y"}
 
 
 def with_signal(events, value):
