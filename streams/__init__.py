@@ -49,6 +49,7 @@ Sequencing (→ forge.train):
 Replay and analytics:
 - pipeline — a stretch of the log processed as one deterministic function (pure)
 - replay — `forge-rl replay`: the pipeline over forge.events, into a new topic (I/O: Kafka)
+- rekey — `forge-rl rekey-events`: a log keyed by rollout copied keyed by group (I/O: Kafka)
 - reports — ready analytics reports: SQL over the tables the sink fills (pure)
 - sql_endpoint — the worker's read-only SQL endpoint over the embedded store (I/O)
 - config — pipeline and worker settings, from the pipeline file, config file and env (I/O)

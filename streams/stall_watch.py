@@ -6,8 +6,9 @@ runs of the kill -9 restart test a worker restarted into two rebalances (its dea
 predecessor still in the group) read every partition except one of its internal topic's (the
 worker had two stages then): its committed offset stayed just before two members, Faust's
 recovery had ended, the agent waited on its stream, and two groups were never scored — until
-another rebalance, which does not come. The cause inside Faust is not pinned down; this watch names such a
-partition in the log (with where Faust holds it) and hands it back to the fetcher.
+another rebalance, which does not come. The cause inside Faust is not pinned down; this watch
+names such a partition in the log (with where Faust holds it) and hands it back to the
+fetcher.
 """
 
 from __future__ import annotations
