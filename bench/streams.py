@@ -79,7 +79,7 @@ from streams.config import StreamsSettings  # noqa: E402
 from streams.internal_topics import watermarks_topic  # noqa: E402
 from streams.pipeline import PipelineConfig, process_log  # noqa: E402
 from streams.replay import ReplaySources, run_replay  # noqa: E402
-from streams.watermarks import Watermark  # noqa: E402
+from streams.watermarks import Watermark, decode_round  # noqa: E402
 
 T0 = datetime(2026, 11, 1, tzinfo=UTC)
 
@@ -185,8 +185,7 @@ def caught_up(bootstrap: str, app_id: str) -> bool:
     end."""
     newest: dict[int, Watermark] = {}
     for record in records(bootstrap, watermarks_topic(app_id)):
-        mark = Watermark.decode(record.value)
-        newest[mark.partition] = mark
+        newest |= {mark.partition: mark for mark in decode_round(record.value)}
     return len(newest) == EVENTS.partitions and all(m.caught_up for m in newest.values())
 
 

@@ -134,6 +134,7 @@ def create_streams_app(
         lambda generation: LiveState(generation, EventsProgress(settings.idle_flush_s))
     )
     horizon = SharedHorizon(timedelta(seconds=settings.lateness_s))
+    horizon_moved = asyncio.Event()
     metrics = StreamsMetrics(
         app.monitor,
         events_topic=settings.events_topic,
@@ -219,8 +220,9 @@ def create_streams_app(
     @app.task
     async def read_watermarks() -> None:
         await follow_watermarks(
-            bootstrap, watermarks_topic(settings.app_id), settings.events_topic, horizon
-        )
+            bootstrap, watermarks_topic(settings.app_id), settings.events_topic, horizon,
+            horizon_moved,
+        )  # fmt: skip
 
     @app.timer(interval=settings.group_check_s)
     async def check_timeouts() -> None:
@@ -248,6 +250,7 @@ def create_streams_app(
         generations,
         claims,
         horizon,
+        horizon_moved,
         bootstrap=bootstrap,
         trajectories_topic=settings.trajectories_topic,
         partitions=partitions,

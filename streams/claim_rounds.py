@@ -5,6 +5,7 @@ sequencer's watermark) every ``group_check_s``: the I/O shell around the partiti
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from datetime import datetime
 
@@ -26,6 +27,7 @@ def claim_scored_through(
     generations: Generations,
     claims_topic: faust.types.TopicT,
     horizon: SharedHorizon,
+    horizon_moved: asyncio.Event,
     *,
     bootstrap: str,
     trajectories_topic: str,
@@ -74,14 +76,15 @@ def claim_scored_through(
 
     @app.task
     async def send_claims_regularly() -> None:
-        """Every ``group_check_s``, half a round after the watermarks (time for the horizons to
-        read a round): a claim made as a round is sent counts the round before, and its
-        samples wait a round longer. Each timer keeps its own pace: a slow round of one does
-        not hold the other."""
+        """As soon as the horizon has read a round of watermarks (``horizon_moved``), and at
+        least every ``group_check_s`` (groups committed move the claims too): a claim on a
+        timer of its own waited up to a round for the round it could count."""
         ends = EndOffsets(bootstrap, timeout_s=5 * group_check_s)
         try:
-            await app.sleep(group_check_s / 2)
-            async for _ in app.itertimer(group_check_s, name="claims"):
+            while True:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(horizon_moved.wait(), timeout=group_check_s)
+                horizon_moved.clear()
                 await send_claims(ends)
         finally:
             await ends.close()

@@ -1,17 +1,19 @@
 """The watermarks' two tasks (``streams.watermarks``): every ``group_check_s`` this worker
-writes how far it has processed each forge.events partition it owns, and it follows the
-watermark topic — every worker's marks, in the order they were written — into its horizon.
+writes how far it has processed each forge.events partition it owns, a round in one record,
+and it follows the watermark topic — every worker's rounds, in the order they were written —
+into its horizon, telling ``moved`` after each read.
 
-Each mark is keyed by its events topic and partition. An app id serves one events topic: its
-marks, claims and floors are that topic's (a mark's offsets mean nothing on another), so a
-worker pointed at another topic under the same app id is refused at start
-(``other_events_topics``)."""
+Each round is keyed by its events topic and its worker (compacted: a worker's last round).
+An app id serves one events topic: its marks, claims and floors are that topic's (a mark's
+offsets mean nothing on another), so a worker pointed at another topic under the same app id
+is refused at start (``other_events_topics``)."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
 import time
+import uuid
 from collections.abc import Awaitable, Callable
 
 import faust
@@ -24,7 +26,7 @@ from kafka import TopicPartition as KafkaTopicPartition
 from infra.kafka_clients import async_consumer, sync_consumer
 from streams.faust_transport import consumer_generation
 from streams.live_state import Generations, LiveState
-from streams.watermarks import SharedHorizon, Watermark
+from streams.watermarks import SharedHorizon, decode_round, encode_round
 
 log = logging.getLogger(__name__)
 
@@ -40,6 +42,7 @@ def send_watermarks(
 ) -> None:
     """Adds the sending task to ``app``; ``take_over`` sets up an owned partition that has
     had no record yet in this generation, so every owned partition has a mark and a claim."""
+    key = f"{events_topic}/{uuid.uuid4().hex}".encode()  # this worker's
 
     async def send_round(state: LiveState) -> None:
         owned = {tp.partition for tp in app.consumer.assignment() if tp.topic == events_topic}
@@ -50,12 +53,9 @@ def send_watermarks(
         if not tps or generations.current(consumer_generation(app)) is not state:
             return
         ends = await app.consumer.highwaters(*tps)  # asked of the broker now, not cached
-        sent = []
-        for tp in tps:
-            mark = state.progress.mark(tp.partition, ends.get(tp), time.monotonic())
-            sent.append(await watermarks.send(key=mark_key(events_topic, tp.partition),
-                                              value=mark.encode(), partition=0))  # fmt: skip
-        await asyncio.gather(*sent)
+        now = time.monotonic()
+        marks = [state.progress.mark(tp.partition, ends.get(tp), now) for tp in tps]
+        await (await watermarks.send(key=key, value=encode_round(marks), partition=0))
 
     @app.task
     async def send_watermarks_regularly() -> None:
@@ -69,10 +69,6 @@ def send_watermarks(
                 await send_round(state)
             except (KafkaError, ConsumerNotStarted, TimeoutError) as error:
                 log.warning("watermarks skipped this round: %s", error)  # the broker away
-
-
-def mark_key(events_topic: str, partition: int) -> bytes:
-    return f"{events_topic}/{partition}".encode()
 
 
 def _events_topic_of(key: bytes | None) -> str | None:
@@ -99,10 +95,11 @@ def other_events_topics(bootstrap: str, topic: str, events_topic: str) -> set[st
 
 
 async def follow_watermarks(
-    bootstrap: str, topic: str, events_topic: str, horizon: SharedHorizon
+    bootstrap: str, topic: str, events_topic: str, horizon: SharedHorizon, moved: asyncio.Event
 ) -> None:
     """Read the watermark topic from its start, for good, into ``horizon``: the marks of
-    ``events_topic``; what is not a watermark is skipped with a warning."""
+    ``events_topic``, a round at a time; what is not a round of watermarks is skipped with a
+    warning. ``moved`` is set after each fetch that held one."""
     consumer = async_consumer(bootstrap, enable_auto_commit=False, fetch_max_wait_ms=100)
     await consumer.start()
     try:
@@ -115,8 +112,9 @@ async def follow_watermarks(
                     if _events_topic_of(record.key) != events_topic:
                         continue
                     try:
-                        horizon.saw(Watermark.decode(record.value or b""))
+                        horizon.saw(*decode_round(record.value or b""))
                     except ValueError as error:
                         log.warning("%s@%d is no watermark: %s", topic, record.offset, error)
+                    moved.set()
     finally:
         await consumer.stop()

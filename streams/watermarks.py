@@ -5,21 +5,21 @@ A group may time out only once no member that ended before its deadline can stil
 way. Every member is on its group's partition, read by the worker that scores the group, but
 the replay times groups out at the newest event of the whole log, so the horizon is a
 watermark across partitions, as in Flink: every ``group_check_s`` each worker writes, for every
-forge.events partition it owns, a ``Watermark`` to the worker's watermark topic (one partition:
-its log order is the order the marks were written), and every worker reads that topic whole,
-in order. A mark counts the records below ``counted``; the worker that owns a partition judges
-its groups only once it has processed every record the marks of that partition it has read
-count (``SharedHorizon.counted``): a previous owner's marks count records a new owner reads
-again.
+forge.events partition it owns, a ``Watermark`` — all of a round in one record — to the
+worker's watermark topic (one partition: its log order is the order the rounds were written),
+and every worker reads that topic whole, in order. A mark counts the records below
+``counted``; the worker that owns a partition judges its groups only once it has processed
+every record the marks of that partition it has read count (``SharedHorizon.counted``): a
+previous owner's marks count records a new owner reads again.
 
 A partition still being worked through bounds the horizon at its newest event minus the
 lateness. A caught-up one certifies everything appended before its check; a reader knows event
 time reached at least the newest it had read from any partition before that partition's
-previous watermark (written before the check), so it bounds the horizon there minus the
-lateness — an owner that falls silent (stopped, killed) holds the horizon where its last word
-left it. When every partition is caught up and quiet the lateness is dropped: the horizon is
-the newest event itself, a replay's end of the log, so live and replay time out the same
-groups.
+previous watermark (its round written before the check), so it bounds the horizon there
+minus the lateness — an owner that falls silent (stopped, killed) holds the horizon where its
+last word left it. When every partition is caught up and quiet the lateness is dropped: the
+horizon is the newest event itself, a replay's end of the log, so live and replay time out
+the same groups.
 
 A new owner of an events partition (after a rebalance or a restart) reads it again only from
 its committed floor, so the newest event time before that comes with the floor's commit
@@ -85,6 +85,16 @@ class Watermark:
         if mark.partition < 0 or mark.counted < 0:
             raise ValueError("a watermark of a negative partition or offset")
         return mark
+
+
+def encode_round(marks: list[Watermark]) -> bytes:
+    """One worker's round: its marks in one record, so readers take them together."""
+    return b"\n".join(mark.encode() for mark in marks)
+
+
+def decode_round(raw: bytes) -> list[Watermark]:
+    """ValueError for anything but a round of watermarks."""
+    return [Watermark.decode(line) for line in raw.split(b"\n")]
 
 
 def newest_metadata(newest: datetime | None) -> str:
@@ -194,13 +204,18 @@ class SharedHorizon:
     def newest(self) -> datetime | None:
         return self._newest
 
-    def saw(self, mark: Watermark) -> None:
-        if mark.newest is not None and (self._newest is None or mark.newest > self._newest):
-            self._newest = mark.newest
-        self._certified[mark.partition] = self._at_mark.get(mark.partition)
-        self._counted[mark.partition] = max(self._counted.get(mark.partition, 0), mark.counted)
-        self._at_mark[mark.partition] = self._newest
-        self._marks[mark.partition] = mark
+    def saw(self, *marks: Watermark) -> None:
+        """One worker's round of marks, read together: the newest time any of them carries
+        counts as known at each, since the whole round was written before that worker's next
+        checks (a round's first partition needs no round more than its last)."""
+        for mark in marks:
+            if mark.newest is not None and (self._newest is None or mark.newest > self._newest):
+                self._newest = mark.newest
+        for mark in marks:
+            self._certified[mark.partition] = self._at_mark.get(mark.partition)
+            self._counted[mark.partition] = max(self._counted.get(mark.partition, 0), mark.counted)
+            self._at_mark[mark.partition] = self._newest
+            self._marks[mark.partition] = mark
 
     def counted(self, partition: int) -> int:
         """The records of ``partition`` the marks read so far count: its owner judges its

@@ -11,6 +11,8 @@ from streams.watermarks import (
     EventsProgress,
     SharedHorizon,
     Watermark,
+    decode_round,
+    encode_round,
     newest_metadata,
     newest_of_metadata,
 )
@@ -25,10 +27,13 @@ def at(seconds: float):
 
 
 def test_watermark_survives_its_encoding_and_garbage_is_a_value_error() -> None:
-    for mark in (Watermark(3, at(1.5), True, False, 12), Watermark(0, None, False, False)):
+    marks = [Watermark(3, at(1.5), True, False, 12), Watermark(0, None, False, False)]
+    for mark in marks:
         assert Watermark.decode(mark.encode()) == mark
-    with pytest.raises(ValueError):
-        Watermark.decode(b"\xff|garbage")
+    assert decode_round(encode_round(marks)) == marks
+    for garbage in (b"\xff|garbage", b"", encode_round(marks) + b"\n"):
+        with pytest.raises(ValueError):
+            decode_round(garbage)
 
 
 def test_a_partition_is_caught_up_once_everything_fetched_is_processed() -> None:
@@ -115,11 +120,26 @@ def test_a_revoked_partition_forgets_its_seed() -> None:
 
 
 def rounds(*marks_per_round: list[Watermark]) -> SharedHorizon:
+    """Each list a round read mark by mark, as rounds of different workers interleave."""
     shared = SharedHorizon(LATENESS)
     for marks in marks_per_round:
         for mark in marks:
             shared.saw(mark)
     return shared
+
+
+def test_one_workers_round_is_certified_together_whatever_order_its_marks_are_in() -> None:
+    """The newest time in a round counts at each of its marks: the whole round was written
+    before that worker's next checks. Read one mark at a time (as if each came from another
+    worker), partition 0, before the new time, would need a round more."""
+    before = [caught_up(0, 10, True), caught_up(1, 10, True)]
+    news = [caught_up(0, 10, True), caught_up(1, 50, True)]
+    together = SharedHorizon(LATENESS)
+    for marks in (before, news, news):
+        together.saw(*marks)
+    assert together.horizon(2) == at(50) and together.still(2)
+    apart = rounds(before, news, news)
+    assert apart.horizon(2) == at(10) and not apart.still(2)
 
 
 def behind(partition: int, newest: float | None) -> Watermark:
