@@ -190,7 +190,7 @@ def create_streams_app(
                 await letters.of_message(message, reason)
                 work.passed(message.offset)
             else:
-                got = work.add(message.offset, envelope, message.value)
+                got = work.add(message.offset, envelope)
                 out.settlements += got.settlements
                 out.dead += got.dead
             progress.processed(message.partition, message.offset,

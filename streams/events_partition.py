@@ -83,13 +83,12 @@ class EventsPartition:
     def settled(self) -> SettledGroups:
         return self.groups.settled
 
-    def add(self, offset: int, envelope: Envelope, raw: bytes) -> Outputs:
-        """The event read at ``offset`` (``raw``: its message)."""
+    def add(self, offset: int, envelope: Envelope) -> Outputs:
+        """The event read at ``offset``."""
         out = Outputs()
-        ended = self.rollouts.add(offset, envelope, raw)
+        ended = self.rollouts.add(offset, envelope)
         if ended is not None:
-            size = len(rollout_letters.pack(ended.messages))
-            reason = rollout_letters.oversize(ended.rollout_id, size)
+            reason = rollout_letters.oversize_events(ended.rollout_id, ended.assembly.events)
             if reason is not None:
                 out.dead.append(DeadRollout(ended.group.encode(), ended.offset, reason,
                                             release=ended.rollout_id))  # fmt: skip

@@ -28,15 +28,14 @@ from streams.settled_groups import SettledGroups, SettledMark
 
 @dataclass(frozen=True)
 class Member:
-    """An ended rollout of a group: its events, its raw messages and its assembly."""
+    """An ended rollout of a group: its events and its assembly."""
 
-    messages: tuple[bytes, ...]
     events: RolloutAssembly
     assembled: AssembledRollout
 
     @classmethod
     def of(cls, ended: EndedRollout) -> Member:
-        return cls(ended.messages, ended.assembly, ended.assembly.assemble())
+        return cls(ended.assembly, ended.assembly.assemble())
 
     @property
     def rollout_id(self) -> str:
@@ -44,7 +43,7 @@ class Member:
 
     def letter(self) -> bytes:
         """The whole rollout as one dead letter's value."""
-        return rollout_letters.pack(self.messages)
+        return rollout_letters.pack_events(self.events.events)
 
 
 @dataclass(frozen=True)

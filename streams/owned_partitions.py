@@ -81,6 +81,10 @@ class OwnedPartitions:
     def _current(self, state: LiveState) -> bool:
         return state.generation == self._generation and state.generation > self._revoked
 
+    def _over(self, state: LiveState) -> bool:
+        """``state``'s generation is older than the newest seen, or revoked."""
+        return state.generation < self._generation or state.generation <= self._revoked
+
     def writers(self, state: LiveState | None) -> dict[int, GroupWrites]:
         """The partitions taken over in ``state``'s generation."""
         if state is None or not self._current(state):
@@ -91,7 +95,7 @@ class OwnedPartitions:
         """The partition's writer, taken over first if it is not yet (the broker away: tried
         again until it answers); None for a generation gone, or a partition not owned. The
         generation only moves forward: a task still holding an older one finds nothing."""
-        if state.generation <= max(self._generation - 1, self._revoked):
+        if self._over(state):
             return None
         if state.generation > self._generation:
             self._new_generation(state.generation)

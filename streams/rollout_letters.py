@@ -1,10 +1,12 @@
-"""A whole rollout as one dead letter: its raw events as one value, length-prefixed Avro
-messages in log order, and the one-message size limit a rollout is scored under.
+"""A whole rollout as one dead letter: its events as one value, length-prefixed Avro messages
+in log order, and the one-message size limit a rollout is scored under.
 
 A rollout the worker cannot score (late for its group, a non-finite reward input) goes to
-forge.dlq whole: the messages exactly as they arrived on forge.events, so reading it back
-(``assembly_of``) is the same as assembling it from the log. One whose events together pass
-one message is not scored at all, live or replayed (``oversize``).
+forge.dlq whole: its admitted events, encoded again from the decoded ones the worker holds
+(under today's schema, so one written under an older version reads back the same), so
+reading it back (``assembly_of``) is the same as assembling it from the log. One whose events
+together pass one message is not scored at all, live or replayed, by the same measure
+(``oversize_events``).
 """
 
 from __future__ import annotations
@@ -23,6 +25,10 @@ _LEN = struct.Struct("<I")
 
 def pack(messages: Iterable[bytes]) -> bytes:
     return b"".join(_LEN.pack(len(message)) + message for message in messages)
+
+
+def pack_events(events: Iterable[Envelope]) -> bytes:
+    return pack(codec.encode(event) for event in events)
 
 
 class BadLetterError(ValueError):
@@ -72,8 +78,8 @@ def oversize(rollout_id: str, size: int) -> str | None:
 
 
 def oversize_events(rollout_id: str, events: Sequence[Envelope]) -> str | None:
-    """``oversize`` for the decoded ``events`` (a replay has no raw messages): encoded to be
-    measured only when a cheap bound does not fit."""
+    """``oversize`` for the decoded ``events``: encoded to be measured only when a cheap bound
+    does not fit."""
     if sum(_LEN.size + size_bound(e) for e in events) <= MESSAGE_LIMIT:
         return None
-    return oversize(rollout_id, len(pack(codec.encode(e) for e in events)))
+    return oversize(rollout_id, len(pack_events(events)))

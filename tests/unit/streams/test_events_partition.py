@@ -7,7 +7,6 @@ from __future__ import annotations
 from datetime import timedelta
 
 from infra.partitioner import partition_of_key
-from schemas import codec
 from schemas.pipeline_file import RewardConfig
 from schemas.records import QueueEntry
 from streams.events_partition import REKEY_COMMAND, EventsPartition, Outputs, misplaced
@@ -29,7 +28,7 @@ def partition(settled: SettledGroups | None = None) -> EventsPartition:
 def read(work: EventsPartition, log, start: int = 0, stop: int | None = None) -> Outputs:
     out = Outputs()
     for offset in range(start, len(log) if stop is None else stop):
-        got = work.add(offset, log[offset], codec.encode(log[offset]))
+        got = work.add(offset, log[offset])
         out.settlements += got.settlements
         out.dead += got.dead
     return out

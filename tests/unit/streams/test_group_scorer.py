@@ -9,7 +9,6 @@ from datetime import timedelta
 
 import numpy as np
 
-from schemas import codec
 from schemas.pipeline_file import RewardConfig
 from schemas.records import ProcessSignal, QueueEntry
 from streams import rollout_letters
@@ -38,7 +37,7 @@ def member(events) -> Member:
     assembly = RolloutAssembly(events[0].rollout_id)
     for event in events:
         assembly.add(event)
-    return Member(tuple(codec.encode(e) for e in events), assembly, assembly.assemble())
+    return Member(assembly, assembly.assemble())
 
 
 def committed(groups: GroupScorer, group: str) -> set[str]:

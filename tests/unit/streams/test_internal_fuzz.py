@@ -12,7 +12,6 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from schemas import codec
 from schemas.records import QueueEntry
 from streams.events_partition import EventsPartition
 from streams.pipeline import PipelineConfig, process_log
@@ -85,7 +84,7 @@ def test_hostile_values_in_decodable_events_are_scored_or_refused_as_the_replay_
         events = rollout("a", "g", size, 0, 0.0, abs(end), outcome=outcome)
     config = PipelineConfig(group_timeout_s=TIMEOUT.total_seconds())
     live = EventsPartition(config, 2 * TIMEOUT, SettledGroups(TIMEOUT))
-    settled = [s for i, e in enumerate(events) for s in live.add(i, e, codec.encode(e)).settlements]
+    settled = [s for i, e in enumerate(events) for s in live.add(i, e).settlements]
     horizon = max(e.ts for e in events)  # where the replay of this log stops
     settled += live.check_timeouts(horizon).settlements
     replay = process_log(events, [(0, QueueEntry("a", "g", size, T0))], [], config)

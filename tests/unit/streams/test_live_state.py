@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from schemas import codec
 from streams.events_partition import EventsPartition
 from streams.live_state import Generations, LiveState
 from streams.pipeline import PipelineConfig
@@ -32,5 +31,5 @@ def test_how_far_each_partition_is_read():
     timeout = timedelta(minutes=1)
     work = state.partitions[2] = EventsPartition(PipelineConfig(), timeout, SettledGroups(timeout))
     for offset, event in enumerate(rollout("a", "g", 2, 0, 0.0, 3.0)[:2], start=7):
-        work.add(offset, event, codec.encode(event))
+        work.add(offset, event)
     assert state.reached(2) == 9 and state.reached(3) is None

@@ -87,7 +87,7 @@ def test_a_rollout_over_one_message_is_oversize_by_either_measure():
 def test_the_live_worker_and_the_replay_leave_out_the_same_oversize_rollout():
     big, small = huge_rollout("big", "gb", 0), rollout("s", "gs", 1, 1, 0.0, 1.0)
     live = EventsPartition(PipelineConfig(window=None), timedelta(hours=1), SettledGroups(HOUR))
-    outputs = [live.add(i, e, codec.encode(e)) for i, e in enumerate(big)]
+    outputs = [live.add(i, e) for i, e in enumerate(big)]
     [dead] = [d for out in outputs for d in out.dead]  # to forge.dlq, never to its group
     assert dead.key == b"gb" and dead.offset == 0 and "rollout big's events" in dead.reason
     assert live.groups.open_groups == 0 and live.floor() == 0  # until the letter is sent
