@@ -8,9 +8,8 @@ the rollouts whose groups are not settled. Events of rollouts whose start lies b
 floor are not admitted (``assembler.admits``): those were settled before it.
 
 Each event is decoded once, by the caller: the rollout is assembled from the envelopes as
-they arrive, and only they are kept (a rare dead letter re-encodes them,
-``streams.rollout_letters``), not the raw messages beside them: that was a quarter of the
-worker's memory with 10,000 rollouts in flight.
+they arrive, and only they are kept: a rare dead letter re-encodes them
+(``streams.rollout_letters``).
 
 A rollout not ended ``expire_after`` of the partition's event time after its start is let
 go, so that one agent that never finishes (the gateway aborts it, but a log may hold anything)
