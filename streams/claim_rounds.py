@@ -50,7 +50,7 @@ def claim_scored_through(
         for partition, work in list(state.partitions.items()):
             if horizon.counted(partition) > state.progress.counted(partition):
                 continue
-            idle = horizon.still(partitions) and work.groups.idle(reached)
+            idle = horizon.all_quiet(partitions) and work.groups.idle(reached)
             claims[partition] = work.groups.scored_through(reached), idle
         if not claims:
             return

@@ -94,7 +94,9 @@ class EventsPartition:
                                             release=ended.rollout_id))  # fmt: skip
             else:
                 self._offsets[ended.rollout_id] = ended.offset
-                self._settled(self.groups.offer(ended.group, Member.of(ended)), out)
+                self._settled(
+                    self.groups.settlement_for(ended.group, Member.from_ended(ended)), out
+                )
         for expired in self.rollouts.expire():
             out.dead.append(DeadRollout(expired.rollout_id.encode(), expired.offset,
                                         expired.reason, release=expired.rollout_id))  # fmt: skip
@@ -108,7 +110,7 @@ class EventsPartition:
         """Settle every open group whose deadline event time ``horizon`` has passed."""
         out = Outputs()
         for group in self.groups.due(horizon):
-            self._settled(self.groups.offer(group, None, horizon), out)
+            self._settled(self.groups.settlement_for(group, None, horizon), out)
         return out
 
     def _settled(self, settlement: Settlement | None, out: Outputs) -> None:

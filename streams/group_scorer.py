@@ -34,7 +34,7 @@ class Member:
     assembled: AssembledRollout
 
     @classmethod
-    def of(cls, ended: EndedRollout) -> Member:
+    def from_ended(cls, ended: EndedRollout) -> Member:
         return cls(ended.assembly, ended.assembly.assemble())
 
     @property
@@ -77,7 +77,7 @@ class GroupScorer:
     def open_groups(self) -> int:
         return len(self._open)
 
-    def offer(
+    def settlement_for(
         self, group: str, member: Member | None, horizon: datetime | None = None
     ) -> Settlement | None:
         """A member ended (or, None, a check of the group's timeout at event time

@@ -265,6 +265,6 @@ def _add_claim(scored: ScoredHorizon, message: Any, now: float) -> None:
     if message.value is None:
         return  # compacted away: nothing to rely on
     try:
-        scored.saw(ScoredThrough.decode(message.value), now)
+        scored.read_claim(ScoredThrough.decode(message.value), now)
     except ValueError as exc:
         log.warning("sequencer skipped claim %d: %s", message.offset, exc)

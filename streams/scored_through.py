@@ -100,7 +100,7 @@ class ScoredHorizon:
         """When each partition's last claim that was not idle was read: a resumed zombie may
         claim idle from before its pause while the partition's owner has work on its way."""
 
-    def saw(self, claim: ScoredThrough, now: float) -> None:
+    def read_claim(self, claim: ScoredThrough, now: float) -> None:
         """ValueError for a claim of another partitioning (forge.events is never
         grown: a new one needs a new app id)."""
         if claim.partitions != self.partitions:

@@ -99,7 +99,7 @@ async def follow_watermarks(
 ) -> None:
     """Read the watermark topic from its start, for good, into ``horizon``: the marks of
     ``events_topic``, a round at a time; what is not a round of watermarks is skipped with a
-    warning. ``moved`` is set after each fetch that held one."""
+    warning. ``moved`` is set after each round read."""
     consumer = async_consumer(bootstrap, enable_auto_commit=False, fetch_max_wait_ms=100)
     await consumer.start()
     try:
@@ -112,9 +112,10 @@ async def follow_watermarks(
                     if _events_topic_of(record.key) != events_topic:
                         continue
                     try:
-                        horizon.saw(*decode_round(record.value or b""))
+                        horizon.read_round(*decode_round(record.value or b""))
                     except ValueError as error:
                         log.warning("%s@%d is no watermark: %s", topic, record.offset, error)
-                    moved.set()
+                    else:
+                        moved.set()
     finally:
         await consumer.stop()

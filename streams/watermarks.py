@@ -204,7 +204,7 @@ class SharedHorizon:
     def newest(self) -> datetime | None:
         return self._newest
 
-    def saw(self, *marks: Watermark) -> None:
+    def read_round(self, *marks: Watermark) -> None:
         """One worker's round of marks, read together: the newest time any of them carries
         counts as known at each, since the whole round was written before that worker's next
         checks (a round's first partition needs no round more than its last)."""
@@ -240,7 +240,7 @@ class SharedHorizon:
             return min(reached)
         return min(reached) - self.lateness
 
-    def still(self, partitions: int) -> bool:
+    def all_quiet(self, partitions: int) -> bool:
         """Every one of the ``partitions`` of forge.events caught up and quiet, the horizon at
         the newest event: without a new event it cannot move again."""
         return self._newest is not None and all(

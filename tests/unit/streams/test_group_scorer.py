@@ -48,27 +48,31 @@ def committed(groups: GroupScorer, group: str) -> set[str]:
 def test_a_complete_group_is_scored_once_and_its_arrivals_turned_away_before_and_after_commit():
     groups = scorer()
     a, b = rollout("a", "g", 2, 0, 0.0, 3.0), rollout("b", "g", 2, 1, 0.0, 4.0, outcome=0.0)
-    assert groups.offer("g", member(a)) is None and groups.open_groups == 1
-    assert groups.offer("w", None, T0) is None  # a check of a group unknown here is nothing
-    settled = groups.offer("g", member(b))
+    assert groups.settlement_for("g", member(a)) is None and groups.open_groups == 1
+    assert (
+        groups.settlement_for("w", None, T0) is None
+    )  # a check of a group unknown here is nothing
+    settled = groups.settlement_for("g", member(b))
     assert settled is not None and not settled.dead and settled.mark is not None
     assert not settled.mark.timed_out and settled.mark.rollouts == {"a", "b"}
     assert [t.rollout_id for t in settled.trajectories] == ["a", "b"]
     assert [m.rollout_id for m in settled.present] == ["a", "b"]
     assert groups.open_groups == 0
-    assert groups.offer("g", member(b)) is None  # a copy, while its outputs are on their way
+    assert (
+        groups.settlement_for("g", member(b)) is None
+    )  # a copy, while its outputs are on their way
     assert groups.writing("g") == {"a", "b"}  # the floor in its transaction passes them
-    assert groups.offer("g", member(b)) is None  # read again before the commit: held still
+    assert groups.settlement_for("g", member(b)) is None  # read again before the commit: held still
     late = member(rollout("l", "g", 2, 3, 0.0, 5.0))
-    refused = groups.offer("g", late)  # dead-lettered, let go once its letter is sent
+    refused = groups.settlement_for("g", late)  # dead-lettered, let go once its letter is sent
     assert refused is not None and refused.released == ["l"] and refused.dead
     assert groups.written("g") == {"b"} and groups.settled.get("g") == settled.mark
-    copy = groups.offer("g", member(b))  # after it: let go at once
+    copy = groups.settlement_for("g", member(b))  # after it: let go at once
     assert copy is not None and copy.released == ["b"] and not copy.dead
-    assert groups.offer("g", None, T0 + 2 * TIMEOUT) is None
+    assert groups.settlement_for("g", None, T0 + 2 * TIMEOUT) is None
     assert groups.due(T0 + 2 * TIMEOUT) == []
     c = member(rollout("c", "g", 2, 2, 0.0, 5.0))
-    extra = groups.offer("g", c)
+    extra = groups.settlement_for("g", c)
     assert extra is not None and extra.mark is None and extra.trajectories == []
     assert extra.dead == [(c, "member of a group already scored")] and extra.released == ["c"]
 
@@ -76,22 +80,22 @@ def test_a_complete_group_is_scored_once_and_its_arrivals_turned_away_before_and
 def test_a_timeout_in_event_time_scores_who_ended_by_the_deadline_and_turns_away_the_rest():
     groups = scorer()
     on_time, late = rollout("x", "g", 3, 0, 0.0, 3.0), rollout("y", "g", 3, 1, 0.0, 70.0)
-    assert groups.offer("g", member(on_time)) is None
-    assert groups.offer("g", member(late)) is None
+    assert groups.settlement_for("g", member(on_time)) is None
+    assert groups.settlement_for("g", member(late)) is None
     before = T0 + TIMEOUT - timedelta(seconds=1)
-    assert groups.due(before) == [] and groups.offer("g", None, before) is None
+    assert groups.due(before) == [] and groups.settlement_for("g", None, before) is None
     assert groups.due(T0 + TIMEOUT) == ["g"]
-    settled = groups.offer("g", None, T0 + TIMEOUT)
+    settled = groups.settlement_for("g", None, T0 + TIMEOUT)
     assert settled is not None and settled.mark is not None and settled.mark.timed_out
     assert [t.rollout_id for t in settled.trajectories] == ["x"]
     assert settled.dead == [(member(late), "rollout y ended after its group's timeout")]
     straggler = member(rollout("z", "g", 3, 2, 0.0, 80.0))
     for _ in range(2):  # settling here, then committed
-        turned_away = groups.offer("g", straggler)
+        turned_away = groups.settlement_for("g", straggler)
         assert turned_away is not None and turned_away.trajectories == []
         assert turned_away.dead == [(straggler, "member of a group scored at its timeout")]
         assert turned_away.released == ["z"]
-        assert not groups.offer("g", None, T0 + 2 * TIMEOUT)  # a check turns nothing away
+        assert not groups.settlement_for("g", None, T0 + 2 * TIMEOUT)  # a check turns nothing away
         if groups.settled.get("g") is None:
             assert committed(groups, "g") == {"x", "y"}
 
@@ -112,8 +116,8 @@ def test_a_non_finite_input_dead_letters_its_rollout_and_the_rest_is_scored_as_t
     nan = with_signal(rollout("nan", "g", 3, 2, 0.0, 4.0), math.nan)
     groups = scorer()
     for one in (good, inf):
-        assert groups.offer("g", member(one)) is None
-    settled = groups.offer("g", member(nan))
+        assert groups.settlement_for("g", member(one)) is None
+    settled = groups.settlement_for("g", member(nan))
     assert settled is not None
     assert [t.rollout_id for t in settled.trajectories] == ["ok"]
     reasons = {dead.rollout_id: reason for dead, reason in settled.dead}
@@ -136,7 +140,7 @@ def test_a_trajectory_too_large_for_a_message_is_dead_lettered_whole():
     events[1] = env("wide", model_request(call_id="wide-c0", n=2, prompt_token_ids=prompt), 0.1)
     wide = member(events)
     assert rollout_letters.oversize("wide", len(wide.letter())) is None
-    settled = scorer().offer("g", wide)
+    settled = scorer().settlement_for("g", wide)
     assert settled is not None and settled.trajectories == []
     [(dead, reason)] = settled.dead
     assert dead == wide and "rollout wide's trajectory is" in reason and "not sent" in reason
@@ -154,13 +158,13 @@ def test_a_member_ending_after_the_deadline_is_late_whether_or_not_the_horizon_p
     for tick_first in (False, True):
         groups = scorer()
         for one in on_time:
-            assert groups.offer("g", member(one)) is None
+            assert groups.settlement_for("g", member(one)) is None
         if tick_first:
-            settled = groups.offer("g", None, T0 + TIMEOUT)
-            turned_away = groups.offer("g", member(late))
+            settled = groups.settlement_for("g", None, T0 + TIMEOUT)
+            turned_away = groups.settlement_for("g", member(late))
             assert turned_away.dead == [(member(late), "member of a group scored at its timeout")]
         else:
-            settled = groups.offer("g", member(late))
+            settled = groups.settlement_for("g", member(late))
             assert settled.dead == [(member(late), "rollout c ended after its group's timeout")]
         assert settled.mark.timed_out and settled.trajectories[0].group_completed_ts == T0 + TIMEOUT
         outcomes.append(settled.trajectories)
@@ -177,15 +181,15 @@ def test_scored_through_stops_below_open_groups_and_trajectories_not_yet_committ
     groups = scorer()
     horizon = T0 + timedelta(seconds=100)
     assert groups.scored_through(horizon) == horizon + timedelta(microseconds=1)
-    assert groups.offer("open", member(rollout("o", "open", 2, 0, 50.0, 52.0))) is None
+    assert groups.settlement_for("open", member(rollout("o", "open", 2, 0, 50.0, 52.0))) is None
     first_end = T0 + timedelta(seconds=52)
     assert groups.scored_through(horizon) == first_end
     assert groups.scored_through(first_end - timedelta(seconds=10)) == first_end - timedelta(
         seconds=10, microseconds=-1
     )
     a, b = rollout("a", "g", 2, 1, 10.0, 20.0), rollout("b", "g", 2, 2, 10.0, 30.0)
-    groups.offer("g", member(a))
-    settled = groups.offer("g", member(b))
+    groups.settlement_for("g", member(a))
+    settled = groups.settlement_for("g", member(b))
     assert settled is not None and settled.trajectories
     completed = T0 + timedelta(seconds=30)
     assert groups.scored_through(horizon) == completed  # settled, not committed
@@ -201,9 +205,9 @@ def test_a_member_that_started_earlier_moves_the_deadline_back_and_the_claim_hel
     at 70 s, B scored. A claim at the deadline as it stood (80 s) would have been false."""
     groups = scorer()
     b_member, a_member = rollout("b", "g", 2, 1, 20.0, 25.0), rollout("a", "g", 2, 0, 10.0, 75.0)
-    assert groups.offer("g", member(b_member)) is None
+    assert groups.settlement_for("g", member(b_member)) is None
     claim = groups.scored_through(T0 + timedelta(seconds=72))
-    settled = groups.offer("g", member(a_member))
+    settled = groups.settlement_for("g", member(a_member))
     assert settled is not None and settled.mark is not None and settled.mark.timed_out
     (scored,) = settled.trajectories
     assert scored.group_completed_ts == T0 + timedelta(seconds=70)
@@ -214,18 +218,18 @@ def test_a_group_whose_members_were_all_rejected_does_not_hold_the_claim():
     groups = scorer()
     horizon = T0 + timedelta(seconds=100)
     nan_outcome = rollout("n", "g", 1, 0, 0.0, 5.0, outcome=math.nan)
-    settled = groups.offer("g", member(nan_outcome))
+    settled = groups.settlement_for("g", member(nan_outcome))
     assert settled is not None and not settled.trajectories and settled.dead
     assert groups.scored_through(horizon) == horizon + timedelta(microseconds=1)
 
 
 def test_idle_until_a_group_is_due_or_a_settled_one_unwritten():
     groups = scorer()
-    groups.offer("g", member(rollout("a", "g", 2, 0, 0.0, 3.0)))
+    groups.settlement_for("g", member(rollout("a", "g", 2, 0, 0.0, 3.0)))
     due = T0 + TIMEOUT
     assert groups.idle(due - timedelta(seconds=1))  # open, but not due yet
     assert not groups.idle(due)  # due, not checked
-    settled = groups.offer("g", None, due)  # the check
+    settled = groups.settlement_for("g", None, due)  # the check
     assert settled is not None and settled.trajectories
     assert not groups.idle(due)  # its trajectories on their way
     committed(groups, "g")

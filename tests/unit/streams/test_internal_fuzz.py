@@ -16,13 +16,13 @@ from schemas.records import QueueEntry
 from streams.events_partition import EventsPartition
 from streams.pipeline import PipelineConfig, process_log
 from streams.settled_groups import SettledGroups, SettledMark
-from streams.watermarks import SharedHorizon, Watermark
+from streams.watermarks import SharedHorizon, Watermark, decode_round, encode_round
 from tests.builders import T0
 from tests.unit.streams.test_pipeline import rollout
 
 TIMEOUT = timedelta(seconds=60)
 MARK = SettledMark(True, frozenset({"a"}), T0).encode()
-WATERMARK = Watermark(0, T0, True, False, 17).encode()
+WATERMARK = encode_round([Watermark(0, T0, True, False, 17), Watermark(1, None, False, False)])
 
 
 def mutations(valid: bytes):
@@ -52,11 +52,11 @@ def test_bytes_read_as_a_mark_are_a_mark_or_a_value_error(data):
 
 @given(mutations(WATERMARK))
 @settings(max_examples=500, deadline=None)
-def test_bytes_in_the_watermark_topic_are_a_watermark_or_a_value_error(data):
+def test_bytes_in_the_watermark_topic_are_a_round_or_a_value_error(data):
     horizon = SharedHorizon(timedelta(seconds=1))
-    horizon.saw(Watermark(1, T0, False, False))
+    horizon.read_round(Watermark(1, T0, False, False))
     with contextlib.suppress(ValueError):
-        horizon.saw(Watermark.decode(data))  # and the horizon takes it
+        horizon.read_round(*decode_round(data))  # and the horizon takes it
         horizon.horizon(2)
 
 

@@ -124,7 +124,7 @@ def rounds(*marks_per_round: list[Watermark]) -> SharedHorizon:
     shared = SharedHorizon(LATENESS)
     for marks in marks_per_round:
         for mark in marks:
-            shared.saw(mark)
+            shared.read_round(mark)
     return shared
 
 
@@ -136,10 +136,10 @@ def test_one_workers_round_is_certified_together_whatever_order_its_marks_are_in
     news = [caught_up(0, 10, True), caught_up(1, 50, True)]
     together = SharedHorizon(LATENESS)
     for marks in (before, news, news):
-        together.saw(*marks)
-    assert together.horizon(2) == at(50) and together.still(2)
+        together.read_round(*marks)
+    assert together.horizon(2) == at(50) and together.all_quiet(2)
     apart = rounds(before, news, news)
-    assert apart.horizon(2) == at(10) and not apart.still(2)
+    assert apart.horizon(2) == at(10) and not apart.all_quiet(2)
 
 
 def behind(partition: int, newest: float | None) -> Watermark:
@@ -168,14 +168,14 @@ def test_a_quiet_partition_holds_nothing_back_and_a_quiet_log_reaches_its_newest
     assert rounds(live, live).horizon(3) == at(100) - LATENESS
     quiet = [caught_up(0, 100, True), caught_up(1, 95, True), caught_up(2, 10, True)]
     assert rounds(quiet, quiet).horizon(3) == at(100)
-    assert rounds(quiet, quiet).still(3) and not rounds(live, live).still(3)
-    assert not rounds(quiet, quiet).still(4)  # a partition never heard of
+    assert rounds(quiet, quiet).all_quiet(3) and not rounds(live, live).all_quiet(3)
+    assert not rounds(quiet, quiet).all_quiet(4)  # a partition never heard of
     # Quiet, but the certificates predate the newest event (read in the last round): the
     # horizon moves once more without a new event.
     earlier = [caught_up(0, 90, True), caught_up(1, 95, True), caught_up(2, 10, True)]
     moving = rounds(earlier, quiet)
-    assert moving.horizon(3) == at(90) and not moving.still(3)
-    assert rounds(earlier, quiet, quiet).still(3)
+    assert moving.horizon(3) == at(90) and not moving.all_quiet(3)
+    assert rounds(earlier, quiet, quiet).all_quiet(3)
 
 
 def test_a_silent_owner_holds_the_horizon_where_its_last_word_left_it() -> None:
@@ -187,13 +187,13 @@ def test_a_silent_owner_holds_the_horizon_where_its_last_word_left_it() -> None:
     shared = rounds(before, before)
     assert shared.horizon(3) == at(100) - LATENESS
     for newest in (400, 1000, 1000, 1000):
-        shared.saw(behind(0, newest) if newest < 1000 else caught_up(0, newest))
-        shared.saw(behind(2, newest) if newest < 1000 else caught_up(2, newest))
+        shared.read_round(behind(0, newest) if newest < 1000 else caught_up(0, newest))
+        shared.read_round(behind(2, newest) if newest < 1000 else caught_up(2, newest))
     assert shared.horizon(3) == at(100) - LATENESS
-    shared.saw(behind(1, 300))  # its new owner is working through the burst
+    shared.read_round(behind(1, 300))  # its new owner is working through the burst
     assert shared.horizon(3) == at(300) - LATENESS
-    shared.saw(caught_up(1, 1000))
-    shared.saw(caught_up(1, 1000))
+    shared.read_round(caught_up(1, 1000))
+    shared.read_round(caught_up(1, 1000))
     assert shared.horizon(3) == at(1000) - LATENESS
 
 
@@ -209,8 +209,10 @@ def test_the_marks_of_a_partition_count_what_its_next_owner_must_read_again_firs
     """The previous owner's marks count records above the floor it committed: its successor
     judges the partition's groups only once it has processed them again."""
     shared = SharedHorizon(LATENESS)
-    shared.saw(Watermark(0, at(50), True, False, counted=120))
-    shared.saw(Watermark(0, at(50), True, False, counted=90))  # the successor's, from its floor
+    shared.read_round(Watermark(0, at(50), True, False, counted=120))
+    shared.read_round(
+        Watermark(0, at(50), True, False, counted=90)
+    )  # the successor's, from its floor
     assert shared.counted(0) == 120 and shared.counted(1) == 0
     successor = EventsProgress(IDLE)
     successor.seed(0, 90, at(40))
