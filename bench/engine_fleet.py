@@ -45,9 +45,9 @@ from rich.table import Table
 # bench/gateway.py would shadow the `gateway` package: keep bench/ off the import path.
 sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).parent.resolve()]
 
-from gateway.chat_tokenizer import ChatTokenizer  # noqa: E402
-from gateway.engine import Generation, SamplingParams  # noqa: E402
-from gateway.engine_fleet import EngineFleet  # noqa: E402
+from gateway.engines.chat_tokenizer import ChatTokenizer  # noqa: E402
+from gateway.engines.engine import Generation, SamplingParams  # noqa: E402
+from gateway.engines.engine_fleet import EngineFleet  # noqa: E402
 from infra.machine import machine_line  # noqa: E402
 
 BLOCK = 16

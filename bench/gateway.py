@@ -59,7 +59,7 @@ class FakeEngine:
     """Answers instantly with 16 fixed tokens: what remains to measure is the server."""
 
     def __init__(self, tokenizer_dir: Path) -> None:
-        from gateway.chat_tokenizer import ChatTokenizer
+        from gateway.engines.chat_tokenizer import ChatTokenizer
 
         self.tokenizer = ChatTokenizer(tokenizer_dir)
         self.policy_version = 0
@@ -73,7 +73,7 @@ class FakeEngine:
     async def load_policy(self, version: int, uri: str) -> None: ...
 
     async def generate(self, prompt_ids, params):
-        from gateway.engine import Generation
+        from gateway.engines.engine import Generation
 
         text = "The answer is 42."
         return [Generation(self.tokens, self.logprobs, text, "stop", 0)] * params.n
@@ -96,7 +96,7 @@ def serve(mode: str, port: int, bootstrap: str, topics: list[str], tokenizer_dir
     import uvicorn
     from fastapi import FastAPI
 
-    from gateway.engine import SamplingParams
+    from gateway.engines.engine import SamplingParams
 
     app = FastAPI()
 
@@ -252,7 +252,7 @@ def main() -> None:
     procs = []
     try:
         gw_port, direct_port = free_port(), free_port()
-        from gateway.chat_tokenizer import ChatTokenizer
+        from gateway.engines.chat_tokenizer import ChatTokenizer
         from infra.tiny_model import build_tokenizer
 
         build_tokenizer().save_pretrained(home / "tokenizer")

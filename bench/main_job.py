@@ -10,7 +10,7 @@ with the same seed:
 - `--engine both`: the embedded engine, then a local vLLM CPU server (`forge-rl run --engine
   vllm`; scripts/setup_vllm.sh builds its environment);
 - `--truncation both`: the pipeline file as it is (off unless it enables it), then with early
-  truncation on for every domain (`--negative-steps` in a row, `gateway.truncation`);
+  truncation on for every domain (`--negative-steps` in a row, `gateway.call.truncation`);
 - `--ordering fifo window adaptive greedy`: the gateway's admission on (S = `--staleness`, P =
   the trainer's batch size) and the queue ordered by FIFO, the windowed FIFO at W = 0.3·(S+1)·P,
   the adaptive window capped at 0.5·(S+1)·P, or greedy dropping what is more than S versions

@@ -76,10 +76,10 @@ from schemas.topics import (  # noqa: E402
     derived_train_topic,
 )
 from streams.config import StreamsSettings  # noqa: E402
+from streams.event_time.watermarks import Watermark, decode_round  # noqa: E402
 from streams.internal_topics import watermarks_topic  # noqa: E402
-from streams.pipeline import PipelineConfig, process_log  # noqa: E402
-from streams.replay import ReplaySources, run_replay  # noqa: E402
-from streams.watermarks import Watermark, decode_round  # noqa: E402
+from streams.replay.pipeline import PipelineConfig, process_log  # noqa: E402
+from streams.replay.replay_log import ReplaySources, run_replay  # noqa: E402
 
 T0 = datetime(2026, 11, 1, tzinfo=UTC)
 

@@ -99,7 +99,7 @@ def replay(
     from infra.analytics import analytics_client, ensure_tables
     from infra.log_reader import LogRange
     from streams.config import load_pipeline_config
-    from streams.replay import run_replay
+    from streams.replay.replay_log import run_replay
 
     infra = infra_settings(ctx)
     bootstrap = require_bootstrap(infra)
@@ -139,7 +139,7 @@ def rekey_events(ctx: click.Context, start: str | None, end: str | None, target:
     the live worker needs (point FORGE_STREAMS_EVENTS_TOPIC at it)."""
     from infra.log_reader import LogRange
     from schemas.topics import EVENTS
-    from streams.rekey import rekey_events as copy_rekeyed
+    from streams.replay.rekey import rekey_events as copy_rekeyed
 
     bootstrap = require_bootstrap(infra_settings(ctx))
     (from_offset, from_ts), (to_offset, to_ts) = _position(start), _position(end)
@@ -162,7 +162,7 @@ def rekey_events(ctx: click.Context, start: str | None, end: str | None, target:
 def analytics(ctx: click.Context, reports: tuple[str, ...], sql: str | None, bucket_s: int) -> None:
     """Ready reports (reward by policy version, completion times, staleness, throughput,
     training, costs: the cost ledger over time and its waste) or raw SQL over the store."""
-    from streams.reports import REPORTS, cost_reports
+    from streams.analytics.reports import REPORTS, cost_reports
 
     chosen = reports or (*REPORTS, "costs")
     queries = [("query", sql)] if sql else [

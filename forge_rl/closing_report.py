@@ -63,7 +63,7 @@ def wait_for_sink(
 ) -> int:
     """Rollouts the worker's store holds, polled until it holds ``expected`` or time is up."""
     from infra.analytics import AnalyticsUnavailableError, owner_key, query_owner
-    from streams.reports import STORED_ROLLOUTS
+    from streams.analytics.reports import STORED_ROLLOUTS
 
     deadline = time.monotonic() + timeout_s
     count = 0
@@ -85,7 +85,7 @@ def analytics_tables(
 ) -> dict[str, Any]:
     """The closing reports, printed, and kept as {name: {columns, rows}}."""
     from infra.analytics import AnalyticsUnavailableError, owner_key, query_owner
-    from streams.reports import COSTS, REPORTS, ROLLOUT_TIME, rewards_by_version_groups
+    from streams.analytics.reports import COSTS, REPORTS, ROLLOUT_TIME, rewards_by_version_groups
 
     reports = {
         "rewards": rewards_by_version_groups(served_version // 10 + 1),

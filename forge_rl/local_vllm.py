@@ -19,7 +19,7 @@ from pathlib import Path
 
 import platformdirs
 
-from gateway.vllm_server import VllmServer
+from gateway.engines.vllm_server import VllmServer
 from infra.local_broker import free_port
 from schemas.errors import ForgeError
 

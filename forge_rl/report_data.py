@@ -8,7 +8,7 @@ summary (still running, or crashed): from its id's start, open-ended. Rows of an
 overlapped in time (two runs on one store at once) cannot be told apart.
 
 Rows are filtered on event time: ``rollouts.ended_at`` and ``train_steps.ts``; the cost ledger
-(``streams.reports.costs_over_time``, each event in the bucket of its own time) keeps the
+(``streams.analytics.reports.costs_over_time``, each event in the bucket of its own time) keeps the
 buckets that start in the span.
 """
 
@@ -107,7 +107,9 @@ def cost_bucket_s(span: Span) -> int:
 
 def report_queries(span: Span) -> dict[str, tuple[str, str]]:
     """name -> (title, sql) of every query the pictures need."""
-    from streams.reports import costs_over_time  # the cost ledger, as `analytics costs` has it
+    from streams.analytics.reports import (
+        costs_over_time,  # the cost ledger, as `analytics costs` has it
+    )
 
     bucket_s = cost_bucket_s(span)
     title, ledger = costs_over_time(bucket_s)

@@ -21,12 +21,16 @@ from fastapi.telemetry import TelemetryConfig
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from gateway import lifecycle, openai_routes
-from gateway.auth import Auth
-from gateway.body_limit import BodyLimitMiddleware
+from gateway.api import lifecycle, openai_routes
+from gateway.api.auth import Auth
+from gateway.api.body_limit import BodyLimitMiddleware
+from gateway.api.deps import Gateway, GatewayDep
+from gateway.call.event_log import EventSink
+from gateway.call.log_state import EventFollower, follow_train_steps
+from gateway.call.policy_follower import follow_policy
+from gateway.call.service import RolloutService
 from gateway.config import GatewaySettings
-from gateway.deps import Gateway, GatewayDep
-from gateway.engine import Engine
+from gateway.engines.engine import Engine
 from gateway.errors import (
     INTERNAL_ERROR,
     GatewayError,
@@ -34,11 +38,7 @@ from gateway.errors import (
     error_response,
     invalid_request,
 )
-from gateway.event_log import EventSink
-from gateway.log_state import EventFollower, follow_train_steps
 from gateway.metrics import GatewayMetrics, MetricsMiddleware
-from gateway.policy_follower import follow_policy
-from gateway.service import RolloutService
 from schemas.pipeline_file import Domain
 
 log = logging.getLogger(__name__)
@@ -151,7 +151,7 @@ def create_app(
     # their providers up on every request, stay off.
     no_telemetry = TelemetryConfig(tracing=False, metrics=False, logs=False)
     app = FastAPI(title="forge-rl gateway", lifespan=lifespan, telemetry=no_telemetry)
-    # What the routers' dependency (``gateway.deps``) reads.
+    # What the routers' dependency (``gateway.api.deps``) reads.
     app.state.gateway = Gateway(settings, service, auth, engine.tokenizer, engine, metrics)
     # The rollout-prefixed mount first: the base URLs agents are handed use it, and routes are
     # matched in order (the paths of the two mounts never overlap).

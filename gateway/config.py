@@ -103,7 +103,7 @@ class GatewaySettings(ForgeSettings):
         ge=0,
         le=1,
         description="A new group of a domain this far over its target share is refused (429) "
-        "while a domain under its share asks for room (gateway.domain_mix).",
+        "while a domain under its share asks for room (gateway.call.domain_mix).",
     )
     mix_asking_s: float = Field(
         default=30.0,

@@ -8,9 +8,9 @@ from typing import Any
 
 import uvicorn
 
+from gateway.call.event_log import EventLog
 from gateway.config import GatewaySettings
-from gateway.engine import Engine
-from gateway.event_log import EventLog
+from gateway.engines.engine import Engine
 from gateway.heap import settle_heap
 from schemas.pipeline_file import Domain
 
@@ -30,8 +30,8 @@ def build_engine(settings: GatewaySettings, home: Path) -> Engine:
     directory = model_dir(settings, home)
     engines: list[Engine]
     if settings.engine == "vllm":
-        from gateway.chat_tokenizer import ChatTokenizer
-        from gateway.vllm_engine import VllmEngine
+        from gateway.engines.chat_tokenizer import ChatTokenizer
+        from gateway.engines.vllm_engine import VllmEngine
 
         tokenizer = ChatTokenizer(directory)
         engines = [
@@ -39,7 +39,7 @@ def build_engine(settings: GatewaySettings, home: Path) -> Engine:
             for url in settings.vllm_urls or [settings.vllm_url]
         ]
     else:
-        from gateway.embedded_engine import EmbeddedEngine
+        from gateway.engines.embedded_engine import EmbeddedEngine
 
         engines = [
             EmbeddedEngine(
@@ -52,7 +52,7 @@ def build_engine(settings: GatewaySettings, home: Path) -> Engine:
         ]
     if len(engines) == 1:
         return engines[0]
-    from gateway.engine_fleet import EngineFleet
+    from gateway.engines.engine_fleet import EngineFleet
 
     return EngineFleet(
         engines,

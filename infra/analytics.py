@@ -2,7 +2,7 @@
 
 Embedded chDB admits one process per data directory. The streams worker — the only writer —
 owns it in local mode; other processes (the CLI) query through the worker's web endpoint,
-with the key the worker publishes in FORGE_HOME (see ``streams.sql_endpoint``).
+with the key the worker publishes in FORGE_HOME (see ``streams.analytics.sql_endpoint``).
 With FORGE_CLICKHOUSE_URL every process talks to the server directly.
 """
 

@@ -83,7 +83,7 @@ class ToolRewards(_Values):
 
 
 class Truncation(_Strict):
-    """When the gateway ends a rollout early as truncated (``gateway.truncation``)."""
+    """When the gateway ends a rollout early as truncated (``gateway.call.truncation``)."""
 
     enabled: bool = False
     negative_steps: int = Field(
@@ -93,7 +93,8 @@ class Truncation(_Strict):
 
 class AdaptiveWindowSettings(_Strict):
     """The window set from observed completion times and the trainer's pace, up to ``window``
-    (so the staleness bound S + ceil((window-1)/P) still holds): streams/adaptive_window.py."""
+    (so the staleness bound S + ceil((window-1)/P) still holds):
+    streams/sequencing/adaptive_window.py."""
 
     samples_per_step: int = Field(ge=1, description="P: samples the trainer takes a step.")
     quantile: float = Field(

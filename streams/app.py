@@ -3,25 +3,26 @@ sink.
 
 - ``process_events`` (forge.events, keyed by group: every member of a group on one partition;
   read a fetched batch at a time, ``streams.faust_transport``): each record is decoded once
-  and joins its partition's open rollouts and groups (``streams.events_partition``); a group
+  and joins its partition's open rollouts and groups (``streams.stage.events_partition``); a group
   settles complete, or at its timeout once the horizon across all partitions
-  (``streams.watermarks``, via a topic of their own: ``streams.watermark_rounds``) passes its
-  deadline. Its trajectories, its mark and the partition's floor are committed in one Kafka
-  transaction of the partition's own producer (``streams.group_writes``), which fences the
-  previous owner (``streams.owned_partitions``); every ``group_check_s`` each partition claims
-  how far its trajectories are written (``streams.claim_rounds``), the sequencer's watermark.
+  (``streams.event_time.watermarks``, via a topic of their own:
+  ``streams.event_time.watermark_rounds``) passes its deadline. Its trajectories, its mark and the
+  partition's floor are committed in one Kafka transaction of the partition's own producer
+  (``streams.stage.group_writes``), which fences the previous owner
+  (``streams.stage.owned_partitions``); every ``group_check_s`` each partition claims how far its
+  trajectories are written (``streams.event_time.claim_rounds``), the sequencer's watermark.
 - ``sequence`` (a task over forge.queue, forge.trajectories, forge.policy and the claims): the
   event-time sequencer, active in one worker of the group at a time, fenced by the broker and
-  exact across restarts by sample identity (``streams.live_sequencer``); it writes the
+  exact across restarts by sample identity (``streams.sequencing.live_sequencer``); it writes the
   rollouts table.
 No table, no changelog: each events partition is the log of the state built from it, committed
 only up to the first record of a rollout whose group is not committed — Faust's own acks and
 commits are off for it — and read again from there after a restart or a rebalance
-(``streams.live_state``). Analytics rows go through ``streams.analytics_wiring``. Undecodable
-records go to forge.dlq with the reason, and so do rollouts that cannot be scored: larger than
-one message, with a non-finite reward input, ended after their group's timeout, never ended,
-or on a partition their group's id does not hash to (a log keyed by rollout: rewrite it,
-``forge-rl rekey-events``). This module only wires the pure cores.
+(``streams.event_time.live_state``). Analytics rows go through
+``streams.analytics.analytics_wiring``. Undecodable records go to forge.dlq with the reason, and so
+do rollouts that cannot be scored: larger than one message, with a non-finite reward input, ended
+after their group's timeout, never ended, or on a partition their group's id does not hash to (a
+log keyed by rollout: rewrite it, ``forge-rl rekey-events``). This module only wires the pure cores.
 """
 
 from __future__ import annotations
@@ -44,11 +45,18 @@ from infra.partitioner import RememberingPartitioner
 from schemas.errors import ConfigError
 from schemas.records import Envelope
 from schemas.topics import DLQ, EVENTS, MAX_MESSAGE_BYTES, TRAJECTORIES
-from streams.analytics_wiring import wire_analytics
-from streams.claim_rounds import claim_scored_through
+from streams.analytics.analytics_wiring import wire_analytics
+from streams.analytics.sinks import SinkBuffer, call_rows
 from streams.config import StreamsSettings, load_pipeline_config
-from streams.dead_letters import DeadLetters
-from streams.events_partition import Outputs, misplaced
+from streams.event_time.claim_rounds import claim_scored_through
+from streams.event_time.live_state import Generations, LiveState
+from streams.event_time.scored_through import scored_through_topic
+from streams.event_time.watermark_rounds import (
+    follow_watermarks,
+    other_events_topics,
+    send_watermarks,
+)
+from streams.event_time.watermarks import EventsProgress, SharedHorizon
 from streams.faust_transport import (
     BATCHES_BUFFERED,
     BatchCountingMonitor,
@@ -57,17 +65,14 @@ from streams.faust_transport import (
     current_records,
     request_rejoin,
 )
-from streams.group_scorer import Settlement
-from streams.group_writes import GroupWrites, Topics
 from streams.internal_topics import internal_topics, settled_topic, watermarks_topic
-from streams.live_sequencer import run_sequencer
-from streams.live_state import Generations, LiveState
-from streams.owned_partitions import OwnedPartitions, Takeover
-from streams.scored_through import scored_through_topic
-from streams.sinks import SinkBuffer, call_rows
+from streams.sequencing.live_sequencer import run_sequencer
+from streams.stage.dead_letters import DeadLetters
+from streams.stage.events_partition import Outputs, misplaced
+from streams.stage.group_scorer import Settlement
+from streams.stage.group_writes import GroupWrites, Topics
+from streams.stage.owned_partitions import OwnedPartitions, Takeover
 from streams.stall_refetch import refetch_stalled_partitions
-from streams.watermark_rounds import follow_watermarks, other_events_topics, send_watermarks
-from streams.watermarks import EventsProgress, SharedHorizon
 
 log = logging.getLogger(__name__)
 

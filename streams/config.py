@@ -10,7 +10,7 @@ from pydantic_settings import SettingsConfigDict
 from infra.settings import ForgeSettings
 from schemas.pipeline_file import read_pipeline_file
 from schemas.topics import EVENTS, METRICS, POLICY, QUEUE, TRAIN, TRAJECTORIES
-from streams.pipeline import PipelineConfig
+from streams.replay.pipeline import PipelineConfig
 
 
 def load_pipeline_config(path: Path | None) -> PipelineConfig:
@@ -96,6 +96,6 @@ class StreamsSettings(ForgeSettings):
     def sequencer_flush_s(self) -> float:
         """The sequencer's quiet period outlasts the worker's plus one timeout check, so the
         groups timed out at the end of the log are scored before everything is applied: quiet,
-        then two rounds of watermarks (``streams.watermarks``) and the check that settles
+        then two rounds of watermarks (``streams.event_time.watermarks``) and the check that settles
         them."""
         return 2 * self.idle_flush_s + 3 * self.group_check_s

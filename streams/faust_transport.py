@@ -20,8 +20,8 @@ topics read a fetched batch at a time.
   topics named in ``batched_topics`` the records of one partition fetched together reach the
   stream as one Faust event whose value is a ``FetchedBatch``; its message carries the last
   record's offset. Only topics whose offsets Faust neither acks nor commits may be batched
-  (the worker commits its own floors, ``streams.commit_floor``), and their stream's buffer is
-  counted in batches (give the topic a ``maxsize``). ``BatchCountingMonitor`` counts each
+  (the worker commits its own floors, ``streams.event_time.commit_floor``), and their stream's
+  buffer is counted in batches (give the topic a ``maxsize``). ``BatchCountingMonitor`` counts each
   record of a batch, and of any topic Faust does not ack, as Faust's monitor counts a message.
 """
 
@@ -73,7 +73,8 @@ before Faust stops fetching for it: Faust's default of 4,096 counts records."""
 
 
 def consumer_generation(app: Any) -> int:
-    """The consumer-group generation Faust's consumer is in now (``streams.live_state``)."""
+    """The consumer-group generation Faust's consumer is in now
+    (``streams.event_time.live_state``)."""
     return cast(int, app.consumer_generation_id)
 
 

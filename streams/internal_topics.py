@@ -1,13 +1,13 @@
 """The worker's internal topics, named after its app id: the marks of settled groups and the
-scored-through claims (``streams.scored_through``), partitioned as forge.events is when the
-group first starts, and the watermarks (``streams.watermarks``), one partition, read whole by
-every worker in the order they were written."""
+scored-through claims (``streams.event_time.scored_through``), partitioned as forge.events is when
+the group first starts, and the watermarks (``streams.event_time.watermarks``), one partition, read
+whole by every worker in the order they were written."""
 
 from __future__ import annotations
 
 from schemas.records import Envelope
 from schemas.topics import MAX_MESSAGE_BYTES, TopicSpec
-from streams.scored_through import scored_through_topic
+from streams.event_time.scored_through import scored_through_topic
 
 
 def settled_topic(app_id: str) -> str:

@@ -13,8 +13,8 @@ from aiokafka.errors import KafkaError
 from faust.exceptions import ConsumerNotStarted
 from faust.types import TP
 
+from streams.event_time.live_state import Generations
 from streams.faust_transport import consumer_generation
-from streams.live_state import Generations
 from streams.stall_watch import StallWatch
 
 log = logging.getLogger(__name__)

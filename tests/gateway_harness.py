@@ -15,10 +15,10 @@ import httpx
 import uvicorn
 
 from gateway.app import create_app
+from gateway.call.event_log import EventLog
 from gateway.config import GatewaySettings
-from gateway.embedded_engine import EmbeddedEngine
-from gateway.engine import Engine
-from gateway.event_log import EventLog
+from gateway.engines.embedded_engine import EmbeddedEngine
+from gateway.engines.engine import Engine
 from infra.kafka_clients import ensure_topics
 from infra.local_broker import free_port
 from infra.log_reader import LogRange, read_log

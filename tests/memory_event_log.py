@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from gateway.call.event_log import UNAVAILABLE
 from gateway.errors import EventLogUnavailableError
-from gateway.event_log import UNAVAILABLE
 from schemas import codec
 from schemas.records import Envelope, QueueEntry
 

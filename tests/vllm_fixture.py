@@ -24,10 +24,10 @@ from fastapi import FastAPI, HTTPException, Request
 from fastapi.responses import JSONResponse
 
 from forge_rl.local_vllm import VllmEnvMissingError, untie_lm_head, vllm_env, vllm_python
-from gateway.chat_tokenizer import ChatTokenizer
 from gateway.config import GatewaySettings
-from gateway.vllm_engine import VllmEngine
-from gateway.vllm_server import VllmServer
+from gateway.engines.chat_tokenizer import ChatTokenizer
+from gateway.engines.vllm_engine import VllmEngine
+from gateway.engines.vllm_server import VllmServer
 from infra.local_broker import free_port
 from infra.tiny_model import save_tiny_policy
 from tests.gateway_harness import RunningGateway, running_gateway

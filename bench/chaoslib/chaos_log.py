@@ -47,7 +47,7 @@ from schemas.records import (
 )
 from schemas.topics import DLQ, EVENTS, METRICS, POLICY, QUEUE, TRAIN, TRAJECTORIES, TopicSpec
 from streams.config import load_pipeline_config
-from streams.pipeline import PipelineResult, process_log
+from streams.replay.pipeline import PipelineResult, process_log
 
 WATCHED = (TRAIN, METRICS, POLICY, QUEUE, TRAJECTORIES)
 
@@ -152,7 +152,7 @@ class LogWatch(threading.Thread):
     def fact_delays(self) -> list[tuple[float, float]]:
         """(seen, event time) of every fact the sequencer bounds by the wall clock: queue
         entries and policy updates. A trajectory waits for its partition's claim, however
-        late it comes (``streams.scored_through``), so it cannot excuse a reordering."""
+        late it comes (``streams.event_time.scored_through``), so it cannot excuse a reordering."""
         out = []
         for seen in self.seen[QUEUE.name] + self.seen[POLICY.name]:
             r = seen.record

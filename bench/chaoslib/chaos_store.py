@@ -106,7 +106,7 @@ def dump(home: Path, out: Path, train_steps_from: str | None) -> None:
     from infra.log_reader import LogRange, read_log
     from schemas.records import TrainStep
     from schemas.topics import METRICS
-    from streams.sinks import (
+    from streams.analytics.sinks import (
         CALL_COLUMNS,
         ROLLOUT_COLUMNS,
         TRAIN_STEP_COLUMNS,

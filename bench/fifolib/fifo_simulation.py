@@ -1,5 +1,5 @@
 """A discrete-event simulation of generation, admission, sequencing and training, driven by the
-project's own code: ``gateway.admission.ActiveBuffer`` admits, ``streams.sequencer.
+project's own code: ``gateway.call.admission.ActiveBuffer`` admits, ``streams.sequencing.sequencer.
 EventTimeSequencer`` (the windowed FIFO, and the adaptive window when asked) orders, and the
 trainer reports each batch's ``TrainSample.fifo_head`` back to admission as the real one does.
 
@@ -23,10 +23,10 @@ from datetime import UTC, datetime
 
 import numpy as np
 
-from gateway.admission import ActiveBuffer
+from gateway.call.admission import ActiveBuffer
 from schemas.records import PolicyUpdated, QueueEntry, TrainSample, Trajectory, TrajectoryCall
-from streams.adaptive_window import AdaptiveWindow
-from streams.sequencer import EventTimeSequencer
+from streams.sequencing.adaptive_window import AdaptiveWindow
+from streams.sequencing.sequencer import EventTimeSequencer
 
 EPOCH = 1_700_000_000.0
 SECONDS = 60.0

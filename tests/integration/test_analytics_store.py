@@ -62,7 +62,7 @@ def test_a_second_process_cannot_open_the_owned_directory(analytics, infra_setti
 
 def test_train_steps_from_metrics_records_are_idempotent(analytics):
     from schemas.records import TrainStep
-    from streams.sinks import insert_train_steps
+    from streams.analytics.sinks import insert_train_steps
     from tests.builders import T0
 
     steps = [
@@ -79,8 +79,8 @@ def test_train_steps_from_metrics_records_are_idempotent(analytics):
 
 def test_every_ready_report_runs(analytics):
     from schemas.records import TrainStep
-    from streams.reports import REPORTS
-    from streams.sinks import insert_rollouts, insert_train_steps, rollout_row
+    from streams.analytics.reports import REPORTS
+    from streams.analytics.sinks import insert_rollouts, insert_train_steps, rollout_row
     from tests.builders import T0, trajectory
 
     insert_rollouts(analytics, [rollout_row(trajectory(), staleness=1)])

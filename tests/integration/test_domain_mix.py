@@ -6,7 +6,7 @@ The long domain is the guess task with ten turns whose tool takes a second, as a
 would (a tiny model seldom finds the digit, so most episodes run all ten), the short one the
 echo task (one call, no tool). The pipeline file asks for
 30% guess and 70% echo. A fleet with agents split by share, or dispatching at random, would
-train what finishes first; the gateway's mix (``gateway.domain_mix``) admits each domain at its
+train what finishes first; the gateway's mix (``gateway.call.domain_mix``) admits each domain at its
 share of what is trained or held, so every 200 consecutive samples of forge.train, once warm,
 are within 5 points of the shares.
 """

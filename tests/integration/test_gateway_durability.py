@@ -18,7 +18,7 @@ from infra.local_broker import LocalBroker
 from infra.tiny_model import save_tiny_policy
 from schemas import codec
 from schemas.records import EventsVoided, ModelRequest, ModelResponse, PolicyUpdated
-from streams.assembler import RolloutAssembly
+from streams.stage.assembler import RolloutAssembly
 from tests.gateway_harness import running_gateway
 from tests.reference_logprobs import naive_logprobs
 from trainer.sequences import CallSequence

@@ -22,10 +22,10 @@ from schemas import codec
 from schemas.records import TrainSample
 from schemas.topics import POLICY, QUEUE, TRAJECTORIES, TopicSpec, derived_train_topic
 from streams.config import StreamsSettings
+from streams.event_time.scored_through import ScoredThrough, scored_through_topic
 from streams.internal_topics import internal_topics
-from streams.live_sequencer import run_sequencer
-from streams.pipeline import PipelineConfig, process_log
-from streams.scored_through import ScoredThrough, scored_through_topic
+from streams.replay.pipeline import PipelineConfig, process_log
+from streams.sequencing.live_sequencer import run_sequencer
 from tests.builders import T0
 from tests.integration.test_sequencer_exact import log_part
 from tests.integration.test_streams_worker import train_samples

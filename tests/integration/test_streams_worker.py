@@ -33,8 +33,8 @@ from schemas.topics import (
     TopicSpec,
     derived_train_topic,
 )
-from streams import rollout_letters
-from streams.pipeline import PipelineConfig, process_log
+from streams.replay.pipeline import PipelineConfig, process_log
+from streams.stage import rollout_letters
 from tests.builders import T0
 from tests.integration.logged_process import LoggedProcess
 from tests.integration.stall_report import stall_report, topic_messages

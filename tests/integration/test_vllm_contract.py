@@ -13,9 +13,9 @@ import numpy as np
 import pytest
 import uvicorn
 
-from gateway.engine import SamplingParams
+from gateway.engines.engine import SamplingParams
+from gateway.engines.vllm_engine import VllmEngine, parse_completion, policy_dir_problem
 from gateway.errors import EngineError, EngineUnavailableError
-from gateway.vllm_engine import VllmEngine, parse_completion, policy_dir_problem
 from infra.local_broker import free_port
 from tests.vllm_fixture import create_fake_vllm
 

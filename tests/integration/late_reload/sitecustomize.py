@@ -1,8 +1,8 @@
 """Fault injection for ``test_admission_staleness``: an engine that serves new policies late.
 
 On ``PYTHONPATH`` in the run's environment, Python imports this at start in every process of
-the run; when the gateway imports ``gateway.embedded_engine``, reading a new policy's weights
-is made to take ``FORGE_TEST_RELOAD_DELAY_S`` seconds longer, as a vLLM reload does at real
+the run; when the gateway imports ``gateway.engines.embedded_engine``, reading a new policy's
+weights is made to take ``FORGE_TEST_RELOAD_DELAY_S`` seconds longer, as a vLLM reload does at real
 sizes. The engine keeps serving the old policy meanwhile.
 """
 
@@ -16,7 +16,7 @@ import time
 from collections.abc import Sequence
 from types import ModuleType
 
-TARGET = "gateway.embedded_engine"
+TARGET = "gateway.engines.embedded_engine"
 DELAY_S = float(os.environ.get("FORGE_TEST_RELOAD_DELAY_S", "0"))
 
 

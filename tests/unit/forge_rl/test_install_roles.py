@@ -32,7 +32,7 @@ def without_extras(code: str) -> subprocess.CompletedProcess[str]:
 def test_the_gateway_and_the_streams_worker_start_without_the_extras():
     done = without_extras("""
         import forge_rl.cli, forge_rl.cli_services, gateway.server, gateway.app, streams.app
-        from gateway.vllm_engine import VllmEngine
+        from gateway.engines.vllm_engine import VllmEngine
         print("role modules imported")
         for extra in ("deepspeed", "matplotlib"):
             try:

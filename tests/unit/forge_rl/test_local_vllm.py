@@ -20,7 +20,7 @@ from forge_rl.local_vllm import (
     vllm_python,
 )
 from forge_rl.run_config import RunSettings
-from gateway.vllm_server import VllmServer
+from gateway.engines.vllm_server import VllmServer
 from infra.settings import load_settings
 from infra.tiny_model import save_tiny_policy
 from schemas.errors import ConfigError

@@ -24,11 +24,11 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 import clickhouse_connect
 from infra.analytics import ensure_tables
-from streams.sql_endpoint import SqlEndpoint, session_settings
+from streams.analytics.sql_endpoint import SqlEndpoint, session_settings
 from forge_rl.report import write_report
 from forge_rl.report_data import Span
 from schemas.records import TrainStep
-from streams.sinks import insert_train_steps
+from streams.analytics.sinks import insert_train_steps
 
 client = clickhouse_connect.get_client(dsn="chdb://" + sys.argv[1])
 ensure_tables(client)

@@ -14,7 +14,7 @@ import pytest
 
 from gateway.app import create_app
 from gateway.config import GatewaySettings
-from gateway.embedded_engine import EmbeddedEngine
+from gateway.engines.embedded_engine import EmbeddedEngine
 from infra.tiny_model import save_tiny_policy
 from tests.memory_event_log import MemoryEventLog
 

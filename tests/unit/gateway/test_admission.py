@@ -12,9 +12,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gateway.admission import ActiveBuffer
+from gateway.call.admission import ActiveBuffer
+from gateway.call.event_log import UNAVAILABLE
 from gateway.errors import EventLogUnavailableError
-from gateway.event_log import UNAVAILABLE
 from tests.unit.gateway.conftest import ADMIN, AppUnderTest, app_under_test
 
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from gateway.chat_tokenizer import ChatTokenizer
+from gateway.engines.chat_tokenizer import ChatTokenizer
 from gateway.errors import InvalidRequestError
 from infra.tiny_model import build_tokenizer
 
@@ -245,7 +245,7 @@ def test_template_errors_are_client_errors(both):
 
 
 def test_importing_it_does_not_import_torch():
-    check = "import gateway.chat_tokenizer, sys; print('torch' in sys.modules)"
+    check = "import gateway.engines.chat_tokenizer, sys; print('torch' in sys.modules)"
     root = Path(__file__).parents[3]
     result = subprocess.run(
         [sys.executable, "-c", check], cwd=root, capture_output=True, text=True, check=True

@@ -10,9 +10,9 @@ from collections import Counter
 
 import pytest
 
-from gateway.admission import ActiveBuffer
-from gateway.domain_mix import DomainMix
-from streams.windowed_fifo import Emitted, WindowedFifo
+from gateway.call.admission import ActiveBuffer
+from gateway.call.domain_mix import DomainMix
+from streams.sequencing.windowed_fifo import Emitted, WindowedFifo
 
 SHARES = {"fast": 0.7, "slow": 0.3}
 

@@ -13,8 +13,8 @@ import pytest
 
 from gateway.app import create_app
 from gateway.config import GatewaySettings
-from gateway.embedded_engine import EmbeddedEngine
-from gateway.engine import Generation, SamplingParams
+from gateway.engines.embedded_engine import EmbeddedEngine
+from gateway.engines.engine import Generation, SamplingParams
 from schemas.pipeline_file import PipelineFile, Truncation
 from schemas.records import (
     TRUNCATED,
@@ -211,7 +211,7 @@ async def test_the_environment_may_end_a_rollout_as_truncated(gw):
 
 
 def test_a_tool_call_block_never_closed_is_malformed():
-    from gateway.tool_calls import parse_completion
+    from gateway.call.tool_calls import parse_completion
 
     parsed = parse_completion('ok <tool_call>{"name": "search"', frozenset({"search"}))
     assert parsed.calls == [] and parsed.content == 'ok <tool_call>{"name": "search"'

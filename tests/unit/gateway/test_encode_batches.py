@@ -7,8 +7,8 @@ import threading
 
 import pytest
 
-from gateway import encode_batches
-from gateway.encode_batches import EncodeBatches
+from gateway.engines import encode_batches
+from gateway.engines.encode_batches import EncodeBatches
 from infra.tiny_model import build_tokenizer
 
 TEXTS = [

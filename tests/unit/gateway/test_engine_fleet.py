@@ -11,11 +11,11 @@ import numpy as np
 import pytest
 
 from gateway.app import create_app
-from gateway.chat_tokenizer import ChatTokenizer
 from gateway.config import GatewaySettings
-from gateway.embedded_engine import EmbeddedEngine
-from gateway.engine import Engine, Generation, SamplingParams
-from gateway.engine_fleet import NO_ENGINE, EngineFleet, routing_affinity
+from gateway.engines.chat_tokenizer import ChatTokenizer
+from gateway.engines.embedded_engine import EmbeddedEngine
+from gateway.engines.engine import Engine, Generation, SamplingParams
+from gateway.engines.engine_fleet import NO_ENGINE, EngineFleet, routing_affinity
 from gateway.errors import EngineError, EngineUnavailableError
 from tests.memory_event_log import MemoryEventLog
 from tests.unit.gateway.conftest import ADMIN, ADMIN_KEY

@@ -13,9 +13,9 @@ import numpy as np
 import pytest
 from aiokafka.errors import KafkaConnectionError, OutOfOrderSequenceNumber
 
-from gateway import event_log
+from gateway.call import event_log
+from gateway.call.event_log import EventLog
 from gateway.errors import EventLogUnavailableError
-from gateway.event_log import EventLog
 from schemas import codec
 from schemas.records import Envelope, ModelRequest
 from tests.unit.streams.test_pipeline import rollout

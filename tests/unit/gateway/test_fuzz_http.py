@@ -33,8 +33,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from gateway.protocol import INT64_MAX, INT64_MIN, MAX_ABS_REWARD, MAX_CHOICES
-from gateway.recorder import envelopes
+from gateway.api.protocol import INT64_MAX, INT64_MIN, MAX_ABS_REWARD, MAX_CHOICES
+from gateway.call.recorder import envelopes
 from schemas import codec
 from schemas.records import (
     EVENT_KINDS,

@@ -10,7 +10,7 @@ from pathlib import Path
 
 PROBE = """
 import json, sys
-import gateway.recorder
+import gateway.call.recorder
 print(json.dumps(sorted(sys.modules)))
 """
 
@@ -21,6 +21,6 @@ def test_the_recorder_imports_no_response_rendering():
         [sys.executable, "-c", PROBE], cwd=root, capture_output=True, text=True, check=True
     )
     imported = set(json.loads(run.stdout))
-    assert "gateway.recorder" in imported
-    rendering = {"gateway.responses", "gateway.errors", "starlette", "fastapi"}
+    assert "gateway.call.recorder" in imported
+    rendering = {"gateway.api.responses", "gateway.errors", "starlette", "fastapi"}
     assert imported.isdisjoint(rendering), imported & rendering

@@ -6,7 +6,7 @@ import openai
 import pytest
 
 from schemas.records import EventsVoided, RolloutAborted, RolloutStarted
-from streams.assembler import RolloutAssembly
+from streams.stage.assembler import RolloutAssembly
 from tests.unit.gateway.conftest import ADMIN
 
 CHAT = [{"role": "user", "content": "Guess a digit."}]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from gateway.policy_follower import NewestPolicy
+from gateway.call.policy_follower import NewestPolicy
 from schemas.records import PolicyUpdated
 
 

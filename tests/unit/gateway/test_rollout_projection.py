@@ -43,7 +43,7 @@ async def test_a_second_gateway_reading_the_log_continues_the_delta_chain(tiny_p
 
 
 def test_applying_the_log_twice_changes_nothing_and_an_end_closes():
-    from gateway.rollouts import RolloutRegistry, key_hash
+    from gateway.call.rollouts import RolloutRegistry, key_hash
     from tests.builders import envelope
 
     registry = RolloutRegistry(timeout_s=600)
@@ -59,7 +59,7 @@ def test_applying_the_log_twice_changes_nothing_and_an_end_closes():
 
 
 def test_a_rollout_without_its_start_or_key_hash_is_not_resumable():
-    from gateway.rollouts import RolloutRegistry
+    from gateway.call.rollouts import RolloutRegistry
     from tests.builders import envelope, model_request
 
     registry = RolloutRegistry(timeout_s=600)

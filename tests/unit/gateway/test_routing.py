@@ -6,7 +6,7 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gateway.routing import Router
+from gateway.engines.routing import Router
 
 
 def router(

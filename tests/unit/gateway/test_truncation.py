@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from gateway.truncation import truncation_reason
+from gateway.call.truncation import truncation_reason
 from schemas.pipeline_file import Truncation
 
 ON = Truncation(enabled=True, negative_steps=3)

@@ -8,8 +8,8 @@ import math
 
 import pytest
 
-from gateway.embedded_engine import EmbeddedEngine
-from gateway.engine import SamplingParams
+from gateway.engines.embedded_engine import EmbeddedEngine
+from gateway.engines.engine import SamplingParams
 from gateway.errors import EngineError
 from schemas.records import RolloutStarted
 from tests.unit.gateway.conftest import ADMIN, ADMIN_KEY

@@ -13,9 +13,9 @@ import pytest
 
 from schemas.errors import ConfigError
 from schemas.records import PolicyUpdated, QueueEntry
-from streams.adaptive_window import AdaptiveWindow
 from streams.config import load_pipeline_config
-from streams.sequencer import EventTimeSequencer
+from streams.sequencing.adaptive_window import AdaptiveWindow
+from streams.sequencing.sequencer import EventTimeSequencer
 from tests.builders import T0, trajectory
 
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from streams.commit_floor import CommitFloor
+from streams.event_time.commit_floor import CommitFloor
 
 
 def test_the_floor_is_the_oldest_hold_or_the_next_offset_to_process():

@@ -21,9 +21,7 @@ from infra.analytics import (
 )
 from schemas import codec
 from schemas.records import Envelope, TrainStep, Trajectory, TrajectoryCall
-from streams.assembler import AssembledRollout
-from streams.pipeline import PipelineConfig
-from streams.reports import (
+from streams.analytics.reports import (
     COST_BY_DOMAIN,
     COST_BY_FATE,
     COSTS,
@@ -35,8 +33,7 @@ from streams.reports import (
     cost_reports,
     costs_over_time,
 )
-from streams.scoring import score_trajectories
-from streams.sinks import (
+from streams.analytics.sinks import (
     CALL_COLUMNS,
     ROLLOUT_COLUMNS,
     call_rows,
@@ -45,7 +42,10 @@ from streams.sinks import (
     insert_train_steps,
     rollout_row,
 )
-from streams.sql_endpoint import SqlEndpoint, session_settings
+from streams.analytics.sql_endpoint import SqlEndpoint, session_settings
+from streams.replay.pipeline import PipelineConfig
+from streams.stage.assembler import AssembledRollout
+from streams.stage.scoring import score_trajectories
 from tests.builders import envelope, logprobs, model_request, model_response, tokens
 
 T0 = datetime(2026, 11, 1, 12, 0, tzinfo=UTC)

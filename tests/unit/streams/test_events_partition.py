@@ -9,9 +9,9 @@ from datetime import timedelta
 from infra.partitioner import partition_of_key
 from schemas.pipeline_file import RewardConfig
 from schemas.records import QueueEntry
-from streams.events_partition import REKEY_COMMAND, EventsPartition, Outputs, misplaced
-from streams.pipeline import PipelineConfig, process_log
-from streams.settled_groups import SettledGroups
+from streams.replay.pipeline import PipelineConfig, process_log
+from streams.stage.events_partition import REKEY_COMMAND, EventsPartition, Outputs, misplaced
+from streams.stage.settled_groups import SettledGroups
 from tests.builders import T0
 from tests.unit.streams.test_open_rollouts import interleaved
 from tests.unit.streams.test_pipeline import rollout

@@ -8,7 +8,7 @@ from datetime import timedelta
 from hypothesis import given
 from hypothesis import strategies as st
 
-from streams.floor_event_time import FloorEventTime
+from streams.event_time.floor_event_time import FloorEventTime
 from tests.builders import T0
 
 

@@ -11,12 +11,12 @@ import numpy as np
 
 from schemas.pipeline_file import RewardConfig
 from schemas.records import ProcessSignal, QueueEntry
-from streams import rollout_letters
-from streams.assembler import RolloutAssembly
-from streams.group_scorer import GroupScorer, Member
-from streams.message_size import MESSAGE_LIMIT
-from streams.pipeline import PipelineConfig, process_log
-from streams.settled_groups import SettledGroups
+from streams.replay.pipeline import PipelineConfig, process_log
+from streams.stage import rollout_letters
+from streams.stage.assembler import RolloutAssembly
+from streams.stage.group_scorer import GroupScorer, Member
+from streams.stage.message_size import MESSAGE_LIMIT
+from streams.stage.settled_groups import SettledGroups
 from tests.builders import T0, model_request
 from tests.unit.streams.test_pipeline import env, rollout
 
@@ -176,8 +176,8 @@ def test_a_member_ending_after_the_deadline_is_late_whether_or_not_the_horizon_p
 
 
 def test_scored_through_stops_below_open_groups_and_trajectories_not_yet_committed():
-    """The claim the sequencer relies on (``streams.scored_through``): every trajectory of the
-    partition completed before it has been committed."""
+    """The claim the sequencer relies on (``streams.event_time.scored_through``): every trajectory
+    of the partition completed before it has been committed."""
     groups = scorer()
     horizon = T0 + timedelta(seconds=100)
     assert groups.scored_through(horizon) == horizon + timedelta(microseconds=1)

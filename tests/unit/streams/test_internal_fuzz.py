@@ -13,10 +13,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from schemas.records import QueueEntry
-from streams.events_partition import EventsPartition
-from streams.pipeline import PipelineConfig, process_log
-from streams.settled_groups import SettledGroups, SettledMark
-from streams.watermarks import SharedHorizon, Watermark, decode_round, encode_round
+from streams.event_time.watermarks import SharedHorizon, Watermark, decode_round, encode_round
+from streams.replay.pipeline import PipelineConfig, process_log
+from streams.stage.events_partition import EventsPartition
+from streams.stage.settled_groups import SettledGroups, SettledMark
 from tests.builders import T0
 from tests.unit.streams.test_pipeline import rollout
 

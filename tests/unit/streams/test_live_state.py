@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from streams.events_partition import EventsPartition
-from streams.live_state import Generations, LiveState
-from streams.pipeline import PipelineConfig
-from streams.settled_groups import SettledGroups
-from streams.watermarks import EventsProgress
+from streams.event_time.live_state import Generations, LiveState
+from streams.event_time.watermarks import EventsProgress
+from streams.replay.pipeline import PipelineConfig
+from streams.stage.events_partition import EventsPartition
+from streams.stage.settled_groups import SettledGroups
 from tests.unit.streams.test_pipeline import rollout
 
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 from datetime import timedelta
 
 from schemas.records import Envelope
-from streams.assembler import RolloutAssembly
-from streams.open_rollouts import OpenRollouts
+from streams.stage.assembler import RolloutAssembly
+from streams.stage.open_rollouts import OpenRollouts
 from tests.unit.streams.test_pipeline import env, rollout
 
 LIMIT = timedelta(seconds=120)

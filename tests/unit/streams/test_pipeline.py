@@ -20,7 +20,7 @@ from schemas.records import (
     RolloutFinished,
     RolloutStarted,
 )
-from streams.pipeline import PipelineConfig, process_log
+from streams.replay.pipeline import PipelineConfig, process_log
 from tests.builders import T0, model_request, model_response
 
 NO_SPEED = RewardConfig(speed_weight=0.0)
@@ -179,7 +179,7 @@ def test_aborted_rollouts_are_scored_and_sequenced():
 
 def test_incremental_sequencing_equals_the_batch_result():
     """A live sequencer fed in arbitrary order with watermarks emits what a replay emits."""
-    from streams.sequencer import EventTimeSequencer
+    from streams.sequencing.sequencer import EventTimeSequencer
 
     per_rollout, queue = scenario()
     config = PipelineConfig(rewards=NO_SPEED, window=2)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from streams.rekey import groups_of_rollouts
+from streams.replay.rekey import groups_of_rollouts
 from tests.unit.streams.test_pipeline import rollout
 
 

@@ -6,7 +6,7 @@ import pytest
 
 from schemas.pipeline_file import RewardConfig
 from schemas.tool_outcomes import merge_signals
-from streams.rewards import (
+from streams.stage.rewards import (
     MemberResult,
     completion_time_reward,
     rewards_to_go,

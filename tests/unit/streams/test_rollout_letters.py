@@ -10,12 +10,12 @@ import pytest
 
 from schemas import codec
 from schemas.records import ModelRequest, QueueEntry
-from streams import rollout_letters
-from streams.assembler import RolloutAssembly
-from streams.events_partition import EventsPartition
-from streams.message_size import MESSAGE_LIMIT, size_bound, too_large
-from streams.pipeline import PipelineConfig, process_log
-from streams.settled_groups import SettledGroups
+from streams.replay.pipeline import PipelineConfig, process_log
+from streams.stage import rollout_letters
+from streams.stage.assembler import RolloutAssembly
+from streams.stage.events_partition import EventsPartition
+from streams.stage.message_size import MESSAGE_LIMIT, size_bound, too_large
+from streams.stage.settled_groups import SettledGroups
 from tests.builders import T0, all_records, model_request
 from tests.unit.streams.test_pipeline import env, rollout
 

@@ -8,7 +8,7 @@ from datetime import timedelta
 
 import pytest
 
-from streams.scored_through import PENDING_KEEP, ScoredHorizon, ScoredThrough
+from streams.event_time.scored_through import PENDING_KEEP, ScoredHorizon, ScoredThrough
 from tests.builders import T0
 
 

@@ -7,9 +7,9 @@ from typing import Any
 
 from aiokafka.errors import ProducerFenced
 
-from streams import live_sequencer
 from streams.config import StreamsSettings
-from streams.pipeline import PipelineConfig
+from streams.replay.pipeline import PipelineConfig
+from streams.sequencing import live_sequencer
 
 
 class ElectionHandingUsThePartition:

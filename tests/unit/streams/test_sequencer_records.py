@@ -6,7 +6,7 @@ import dataclasses
 from datetime import timedelta
 
 from schemas.records import PolicyUpdated
-from streams.sequencer import EventTimeSequencer
+from streams.sequencing.sequencer import EventTimeSequencer
 from tests.builders import T0
 from tests.unit.streams.test_sequencer_restart import completion, queued
 

@@ -6,7 +6,7 @@ from datetime import timedelta
 
 import pytest
 
-from streams.settled_groups import MarkRecord, SettledGroups, SettledMark
+from streams.stage.settled_groups import MarkRecord, SettledGroups, SettledMark
 from tests.builders import T0
 
 KEEP = timedelta(minutes=3)

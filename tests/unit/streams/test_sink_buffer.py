@@ -9,8 +9,8 @@ from pathlib import Path
 import faust
 from clickhouse_connect.driver.exceptions import OperationalError
 
-from streams.analytics_wiring import FlushSinkBeforeCommit
-from streams.sinks import SinkBuffer
+from streams.analytics.analytics_wiring import FlushSinkBeforeCommit
+from streams.analytics.sinks import SinkBuffer
 from tests.builders import T0
 from tests.unit.streams.test_train_step_sink import record
 
@@ -104,7 +104,7 @@ def test_the_drivers_pandas_import_happens_when_the_buffer_is_made_not_at_its_fi
     """A worker's first flush would otherwise block its event loop for the import."""
     script = (
         "import sys\n"
-        "from streams.sinks import SinkBuffer\n"
+        "from streams.analytics.sinks import SinkBuffer\n"
         "assert 'pandas' not in sys.modules\n"
         "SinkBuffer(None)\n"
         "assert 'pandas' in sys.modules\n"

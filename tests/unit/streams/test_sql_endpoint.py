@@ -11,8 +11,8 @@ import pytest
 from clickhouse_connect.driver.exceptions import DatabaseError
 
 from infra.analytics import analytics_client
-from streams.reports import REPORTS
-from streams.sql_endpoint import (
+from streams.analytics.reports import REPORTS
+from streams.analytics.sql_endpoint import (
     QueryError,
     SqlEndpoint,
     key_matches,

@@ -11,7 +11,7 @@ import pytest
 
 from infra.analytics import MIGRATIONS, TRAIN_STEP_ADDED_COLUMNS
 from schemas.records import TrainStep
-from streams.sinks import TRAIN_STEP_COLUMNS, train_step_rows
+from streams.analytics.sinks import TRAIN_STEP_COLUMNS, train_step_rows
 from tests.builders import T0
 
 FIRST_RELEASE = (
@@ -45,7 +45,7 @@ from datetime import UTC, datetime
 import clickhouse_connect
 from infra.analytics import ensure_tables
 from schemas.records import TrainStep
-from streams.sinks import insert_train_steps
+from streams.analytics.sinks import insert_train_steps
 client = clickhouse_connect.get_client(dsn="chdb://" + sys.argv[1])
 old = sys.argv[2] == "old"
 if old:

@@ -7,7 +7,7 @@ from datetime import timedelta
 
 import pytest
 
-from streams.watermarks import (
+from streams.event_time.watermarks import (
     EventsProgress,
     SharedHorizon,
     Watermark,

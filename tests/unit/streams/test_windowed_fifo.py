@@ -5,7 +5,7 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from streams.windowed_fifo import Dropped, Emitted, WindowedFifo
+from streams.sequencing.windowed_fifo import Dropped, Emitted, WindowedFifo
 
 
 @st.composite

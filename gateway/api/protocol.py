@@ -1,0 +1,271 @@
+"""The gateway's requests validated, in one place (pure): the OpenAI request models, the
+rollout lifecycle's, and ``validated_call``, the one path from a parsed model request to a call
+the engine may run.
+
+Every number a request may carry is finite and bounded here, so nothing the engine or the log
+cannot hold gets past validation: one NaN reward turns a group's baseline, then the loss, then
+the weights into NaN. The models check what the body alone shows; ``validated_call`` what needs
+the tokenizer or the settings (token ids in the vocabulary, prompt plus max_tokens within the
+context). Fields OpenAI defines that would change sampling but that the gateway cannot honour
+exactly are refused with 400, never ignored: a silently ignored ``response_format`` or penalty
+would train on behaviour the agent did not ask for. Unknown fields are accepted (SDKs add new
+ones).
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field, StrictInt, field_validator, model_validator
+
+from gateway.call.recorder import CallInput, normalise_message
+from gateway.call.tool_calls import new_tool_results, offered_tools
+from gateway.config import GatewaySettings
+from gateway.engines.chat_tokenizer import ChatTokenizer
+from gateway.engines.engine import SamplingParams
+from gateway.errors import InvalidRequestError, UnsupportedFieldError
+from schemas.pipeline_file import DEFAULT_DOMAIN, DOMAIN_PATTERN
+
+INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
+MAX_CHOICES = 16
+MAX_STOP_SEQUENCES = 4
+MAX_TOP_LOGPROBS = 20
+
+Finite = Annotated[float, Field(allow_inf_nan=False)]
+StopText = Annotated[str, Field(min_length=1, max_length=256)]
+
+
+class _Refusals(BaseModel):
+    """Sampling fields that cannot be honoured: refused unless they are at their no-op value."""
+
+    model_config = ConfigDict(extra="allow")
+
+    presence_penalty: Finite | None = Field(default=None, ge=-2, le=2)
+    frequency_penalty: Finite | None = Field(default=None, ge=-2, le=2)
+    logit_bias: dict[str, Finite] | None = None
+
+    @model_validator(mode="after")
+    def _refuse_unsupported(self) -> _Refusals:
+        for name in ("presence_penalty", "frequency_penalty"):
+            if getattr(self, name):
+                raise UnsupportedFieldError(name, "penalties are not applied by the engine")
+        if self.logit_bias:
+            raise UnsupportedFieldError("logit_bias", "logit biases are not applied by the engine")
+        return self
+
+
+class _Request(_Refusals):
+    model: str = Field(min_length=1, max_length=256)
+    n: int = Field(default=1, ge=1, le=MAX_CHOICES)
+    temperature: Finite | None = Field(default=None, ge=0, le=2)
+    top_p: Finite | None = Field(default=None, gt=0, le=1)
+    max_tokens: int | None = Field(default=None, ge=1, le=2**31 - 1)
+    stop: StopText | list[StopText] | None = None
+    seed: int | None = Field(default=None, ge=INT64_MIN, le=INT64_MAX)
+    stream: bool = False
+    stream_options: StreamOptions | None = None
+
+    @field_validator("stop")
+    @classmethod
+    def _few_stops(cls, value: str | list[str] | None) -> str | list[str] | None:
+        if isinstance(value, list) and len(value) > MAX_STOP_SEQUENCES:
+            raise ValueError(f"at most {MAX_STOP_SEQUENCES} stop sequences")
+        return value
+
+    def stop_list(self) -> tuple[str, ...]:
+        if self.stop is None:
+            return ()
+        return (self.stop,) if isinstance(self.stop, str) else tuple(self.stop)
+
+    @property
+    def include_usage(self) -> bool:
+        return self.stream_options is not None and self.stream_options.include_usage
+
+
+class StreamOptions(BaseModel):
+    include_usage: bool = False
+
+
+class ChatMessage(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+    role: Literal["system", "developer", "user", "assistant", "tool"]
+    content: str | list[dict[str, Any]] | None = None
+    tool_calls: list[dict[str, Any]] | None = None
+
+
+class ChatCompletionRequest(_Request):
+    messages: list[ChatMessage] = Field(min_length=1)
+    tools: list[dict[str, Any]] | None = None
+    tool_choice: str | dict[str, Any] | None = None
+    max_completion_tokens: int | None = Field(default=None, ge=1, le=2**31 - 1)
+    logprobs: bool | None = None
+    top_logprobs: int | None = Field(default=None, ge=0, le=MAX_TOP_LOGPROBS)
+    response_format: dict[str, Any] | None = None
+    chat_template_kwargs: dict[str, Any] | None = None
+
+    @model_validator(mode="after")
+    def _refuse_unsupported_chat(self) -> ChatCompletionRequest:
+        kind = (self.response_format or {}).get("type", "text")
+        if kind != "text":
+            raise UnsupportedFieldError("response_format", f"{kind!r} output is not constrained")
+        if self.tool_choice not in (None, "auto", "none"):
+            raise UnsupportedFieldError(
+                "tool_choice", "only 'auto' and 'none': the engine cannot force a tool call"
+            )
+        if self.top_logprobs and not self.logprobs:
+            raise ValueError("top_logprobs needs logprobs: true")
+        return self
+
+    def token_limit(self) -> int | None:
+        return self.max_completion_tokens or self.max_tokens
+
+    @property
+    def tools_enabled(self) -> bool:
+        return bool(self.tools) and self.tool_choice != "none"
+
+    @property
+    def top_k(self) -> int | None:
+        """Alternatives per token to return; None when log-probs were not asked for."""
+        return (self.top_logprobs or 0) if self.logprobs else None
+
+
+class CompletionRequest(_Request):
+    prompt: str | list[StrictInt] | list[str]
+    logprobs: int | None = Field(default=None, ge=0, le=5)
+    echo: bool = False
+    best_of: int | None = None
+    suffix: str | None = None
+
+    @field_validator("prompt")
+    @classmethod
+    def _single_prompt(cls, value: str | list[int] | list[str]) -> str | list[int] | list[str]:
+        if isinstance(value, list) and value and isinstance(value[0], str):
+            if len(value) != 1:
+                raise ValueError("batched prompts are not supported; send one prompt per call")
+            value = value[0]
+        if not value:
+            raise ValueError("prompt must not be empty")
+        return value
+
+    @model_validator(mode="after")
+    def _refuse_unsupported_completion(self) -> CompletionRequest:
+        if self.echo:
+            raise UnsupportedFieldError("echo", "the prompt is not echoed")
+        if self.best_of not in (None, 1, self.n):
+            raise UnsupportedFieldError("best_of", "choices are not ranked")
+        if self.suffix:
+            raise UnsupportedFieldError("suffix", "insertion is not supported")
+        return self
+
+    @property
+    def top_k(self) -> int | None:
+        return self.logprobs
+
+
+_Request.model_rebuild()
+ChatCompletionRequest.model_rebuild()
+CompletionRequest.model_rebuild()
+
+
+# --- the rollout lifecycle -------------------------------------------------------------------
+
+MAX_ABS_REWARD = 1e6
+Reward = Annotated[float, Field(allow_inf_nan=False, ge=-MAX_ABS_REWARD, le=MAX_ABS_REWARD)]
+Text = Annotated[str, Field(min_length=1, max_length=256)]
+
+
+class RolloutCreate(BaseModel):
+    task_id: Text
+    group_id: Text | None = None
+    group_size: int | None = Field(
+        default=None, ge=1, le=1024, description="Default: the domain's group size, else 1."
+    )
+    domain: str = Field(default=DEFAULT_DOMAIN, pattern=DOMAIN_PATTERN)
+    metadata: dict[Text, Annotated[str, Field(max_length=4096)]] = Field(
+        default_factory=dict, max_length=64
+    )
+
+
+class SignalIn(BaseModel):
+    step: int = Field(ge=0, le=1_000_000)
+    name: Text
+    value: Reward
+
+
+SignalsIn = SignalIn | Annotated[list[SignalIn], Field(min_length=1, max_length=256)]
+
+
+class FinishIn(BaseModel):
+    status: Text = "success"
+    """``truncated``: the environment ended it early as hopeless (scored with its domain's
+    truncated outcome unless ``outcome_reward`` is given)."""
+    outcome_reward: Reward | None = None
+    reason: Annotated[str, Field(max_length=4096)] = ""
+    signals: Annotated[list[SignalIn], Field(max_length=256)] = Field(default_factory=list)
+    """Process signals sent with the end: stored with it, as if posted just before."""
+
+
+class AbortIn(BaseModel):
+    reason: Annotated[str, Field(min_length=1, max_length=4096)]
+
+
+# --- from a model request to a call ----------------------------------------------------------
+
+
+async def validated_call(
+    body: ChatCompletionRequest | CompletionRequest,
+    tokenizer: ChatTokenizer,
+    settings: GatewaySettings,
+) -> CallInput:
+    """The call a parsed request asks for, once the prompt is tokenized and within bounds; a
+    400 naming the field otherwise."""
+    if isinstance(body, ChatCompletionRequest):
+        messages = [m.model_dump(exclude_none=True) for m in body.messages]
+        prompt_ids = await tokenizer.encode_chat_off_loop(
+            messages, body.tools, body.chat_template_kwargs
+        )
+        conversation: tuple[Any, ...] | None = tuple(normalise_message(m) for m in messages)
+        offered = offered_tools(body.tools) if body.tools_enabled else None
+        results = tuple(new_tool_results(messages))
+        endpoint, max_tokens = "chat.completions", body.token_limit()
+    else:
+        prompt_ids = await _prompt_ids(body, tokenizer)
+        conversation, offered, results = None, None, ()
+        endpoint, max_tokens = "completions", body.max_tokens
+    limit = max_tokens or settings.default_max_tokens
+    _check_context(len(prompt_ids), limit, settings.max_context_tokens)
+    params = SamplingParams(
+        max_tokens=limit,
+        temperature=1.0 if body.temperature is None else body.temperature,
+        top_p=1.0 if body.top_p is None else body.top_p,
+        n=body.n,
+        seed=body.seed,
+        stop=body.stop_list(),
+        top_logprobs=body.top_k or 0,
+    )
+    prompt = np.asarray(prompt_ids, dtype=np.int32)
+    return CallInput(endpoint, body.model, prompt, params, body.temperature, body.top_p,
+                     conversation, offered, results)  # fmt: skip
+
+
+async def _prompt_ids(body: CompletionRequest, tokenizer: ChatTokenizer) -> list[int]:
+    if isinstance(body.prompt, str):
+        return await tokenizer.encode_off_loop(body.prompt, param="prompt")
+    vocab = len(tokenizer)
+    ids = [int(t) for t in body.prompt]
+    if any(not 0 <= t < vocab for t in ids):
+        raise InvalidRequestError(f"token ids must be in [0, {vocab})", param="prompt")
+    return ids
+
+
+def _check_context(prompt_len: int, max_tokens: int, context: int) -> None:
+    if prompt_len == 0:
+        raise InvalidRequestError("the prompt is empty", param="prompt")
+    if prompt_len + max_tokens > context:
+        raise InvalidRequestError(
+            f"prompt ({prompt_len} tokens) + max_tokens ({max_tokens}) exceeds the context "
+            f"of {context} tokens",
+            param="max_tokens",
+        )

@@ -1,0 +1,1 @@
+"""streams/event_time."""

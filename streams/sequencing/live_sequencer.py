@@ -1,0 +1,270 @@
+"""The live sequencer: exactly one writer of forge.train, exact across restarts by identity.
+
+- **One at a time.** Every worker runs this task, but only the member of the consumer group
+  ``<app_id>-sequencer`` that holds forge.queue's single partition sequences (Kafka's group
+  protocol elects it; when it dies, its session expires and another takes over).
+- **Fenced by the broker.** The holder writes through a transactional producer with the stable
+  id ``<app_id>-sequencer``: starting it aborts whatever an older holder left open and fences
+  it, so a zombie (say, resumed after SIGSTOP past its session) cannot commit one sample.
+- **Progress is an identity.** Only after fencing, forge.train is read (read_committed) and the
+  queue indices it holds are seeded into the rebuilt FIFO as consumed (``WindowedFifo``): they
+  are never written again, and their trajectories need not be in the log any more.
+A term that fails — a broker restart, or fenced by a newer term — is started again after a
+bounded backoff while the group still hands this worker the partition: the group, not the
+fence, says who holds the lease (a resumed zombie's old term is fenced while the group may
+already have handed the partition back to it).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable
+from functools import partial
+from typing import Any
+
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRebalanceListener
+from aiokafka.errors import InvalidProducerEpoch, ProducerFenced
+
+from infra.kafka_clients import (
+    BATCH_BYTES,
+    CONSUMER_LARGE,
+    PRODUCER_DURABLE,
+    Delivered,
+    topic_partitions,
+)
+from infra.log_reader import LogRange, read_log
+from schemas import codec
+from schemas.errors import SchemaError
+from schemas.records import PolicyUpdated, QueueEntry, TrainSample, Trajectory
+from schemas.topics import derived_train_topic
+from streams.analytics.sinks import UNSET_STALENESS, SinkBuffer, rollout_row
+from streams.config import StreamsSettings
+from streams.event_time.scored_through import ScoredHorizon, ScoredThrough, scored_through_topic
+from streams.replay.pipeline import PipelineConfig
+from streams.sequencing.sequencer import EventTimeSequencer
+
+log = logging.getLogger(__name__)
+MIN_BACKOFF_S, MAX_BACKOFF_S = 0.5, 10.0
+CLAIMS_FRESH = 3
+"""Rounds of ``group_check_s`` within which every events partition's last claim must have been
+read for the end of a log to be applied whole: a paused or dead owner's claims stop."""
+STABLE_TERM_S = 60.0
+"""A term that ran this long ended by a new fault: retry it from the shortest backoff."""
+
+
+class _Lease(ConsumerRebalanceListener):  # type: ignore[misc]
+    """Whether this worker holds forge.queue's partition in the sequencer group."""
+
+    def __init__(self) -> None:
+        self.held = False
+        self.consumer: AIOKafkaConsumer | None = None
+
+    async def on_partitions_revoked(self, revoked: Any) -> None:
+        self.held = False
+
+    async def on_partitions_assigned(self, assigned: Any) -> None:
+        self.held = bool(assigned)
+        if assigned and self.consumer is not None:
+            self.consumer.pause(*assigned)  # membership only: the records are read elsewhere
+
+
+def transactional_id(settings: StreamsSettings) -> str:
+    return f"{settings.app_id}-sequencer"
+
+
+async def run_sequencer(
+    settings: StreamsSettings,
+    bootstrap: str,
+    config: PipelineConfig,
+    sink: SinkBuffer | None,
+    on_emitted: Callable[[int], None] | None = None,
+) -> None:
+    """Sequence while this worker holds the lease; stand by otherwise."""
+    lease = _Lease()
+    election = AIOKafkaConsumer(
+        bootstrap_servers=bootstrap, group_id=transactional_id(settings), enable_auto_commit=False
+    )
+    lease.consumer = election
+    election.subscribe([settings.queue_topic], listener=lease)
+    await election.start()
+    term: asyncio.Task[None] | None = None
+    term_started = 0.0
+    backoff = MIN_BACKOFF_S
+    try:
+        while True:
+            await election.getmany(timeout_ms=500)  # rebalances reach the listener here
+            if term is not None and term.done():
+                failure = None if term.cancelled() else term.exception()
+                if failure is not None:
+                    # Fenced too: a newer term started elsewhere, but only the group says who
+                    # holds the lease now. Giving it up here could leave the partition
+                    # with this worker and nobody sequencing. A zombie not yet told
+                    # by the group may fence the holder once more; each term is exact anyway.
+                    fenced = isinstance(failure, ProducerFenced | InvalidProducerEpoch)
+                    log.warning("sequencer term ended: %s; retrying while the lease is ours",
+                                "fenced" if fenced else repr(failure))  # fmt: skip
+                    if time.monotonic() - term_started > STABLE_TERM_S:
+                        backoff = MIN_BACKOFF_S  # a term that ran a while: a new fault
+                    await asyncio.sleep(backoff)
+                    backoff = min(backoff * 2, MAX_BACKOFF_S)
+                term = None
+            if lease.held and term is None:
+                term_started = time.monotonic()
+                term = asyncio.create_task(_sequence(settings, bootstrap, config, sink, on_emitted))
+            elif not lease.held and term is not None:
+                term.cancel()
+                await asyncio.gather(term, return_exceptions=True)
+                term = None
+    finally:
+        if term is not None:
+            term.cancel()
+            await asyncio.gather(term, return_exceptions=True)
+        await election.stop()
+
+
+RowsOut = Callable[[list[list[Any]]], object]
+"""Where rollout rows go: a SinkBuffer's ``add``, handed over to the event loop's thread."""
+
+
+def emitted_indices(
+    bootstrap: str, train_topic: str, rows_out: RowsOut | None = None, chunk: int = 2000
+) -> frozenset[int]:
+    """Queue indices of the committed samples in forge.train; each sample's rollout row (its
+    trained trajectory, its staleness) to ``rows_out`` in chunks, so rows an earlier term had
+    not flushed when it died are recorded again."""
+    spec = derived_train_topic(train_topic)
+    indices: set[int] = set()
+    rows: list[list[Any]] = []
+    for delivered in read_log(bootstrap, spec, LogRange()):
+        sample = delivered.record if isinstance(delivered, Delivered) else None
+        if not isinstance(sample, TrainSample):
+            continue
+        indices.add(sample.queue_index)
+        if rows_out is not None:
+            rows.append(rollout_row(sample.trajectory, sample.staleness))
+            if len(rows) >= chunk:
+                rows_out(rows)
+                rows = []
+    if rows_out is not None and rows:
+        rows_out(rows)
+    return frozenset(indices)
+
+
+async def _sequence(
+    settings: StreamsSettings,
+    bootstrap: str,
+    config: PipelineConfig,
+    sink: SinkBuffer | None,
+    on_emitted: Callable[[int], None] | None,
+) -> None:
+    """One term: fence, learn what forge.train holds, rebuild from the inputs, then follow.
+
+    Nothing is applied before the inputs are read up to their ends at the term's start. Then
+    the watermark is the oldest events partition's claim (``streams.event_time.scored_through``): a
+    group's trajectories may come late (their partition with a paused or dead worker, or
+    upstream working through a backlog), and nothing completed before the claim can. Queue
+    entries and policy updates are stamped as they are written: for them the watermark also
+    trails the wall clock by ``lateness_s``. Once the inputs are quiet for
+    ``sequencer_flush_s`` the wall clock is dropped, and once every events partition's owner,
+    alive, claims nothing is on its way, every fact is applied: the end of a log, as a replay
+    applies it. Until every partition has claimed, nothing is applied.
+
+    Rollout rows are written here, not where groups are scored: each rollout's first scoring applied
+    (the one the FIFO keeps) without a staleness, and again with the staleness it was consumed
+    at once its sample is committed — so analytics hold what was trained, even for a group
+    scored twice. A term starts by recording forge.train's samples again.
+    """
+    producer = AIOKafkaProducer(
+        bootstrap_servers=bootstrap, transactional_id=transactional_id(settings),
+        max_batch_size=BATCH_BYTES, **PRODUCER_DURABLE,
+    )  # fmt: skip
+    consumer = AIOKafkaConsumer(
+        bootstrap_servers=bootstrap, enable_auto_commit=False, **CONSUMER_LARGE
+    )
+    await producer.start()  # init_transactions: an older holder is fenced from here on
+    try:
+        loop = asyncio.get_running_loop()
+        rows_out = None if sink is None else partial(loop.call_soon_threadsafe, sink.add)
+        emitted = await asyncio.to_thread(
+            emitted_indices, bootstrap, settings.train_topic, rows_out
+        )
+        log.info("sequencer term: forge.train holds %d samples", len(emitted))
+        sequencer = config.sequencer(consumed=emitted)
+        await consumer.start()
+        claims_topic = scored_through_topic(settings.app_id)
+        topics = (settings.queue_topic, settings.trajectories_topic, settings.policy_topic,
+                  claims_topic)  # fmt: skip
+        partitions = await asyncio.to_thread(topic_partitions, bootstrap, topics)
+        consumer.assign(partitions)
+        await consumer.seek_to_beginning(*partitions)
+        backlog: dict[Any, int] | None = await consumer.end_offsets(partitions)
+        claim_partitions = sum(tp.topic == claims_topic for tp in partitions)
+        if not claim_partitions:
+            raise RuntimeError(f"no topic {claims_topic}: the streams app creates it at start")
+        scored = ScoredHorizon(claim_partitions)
+        scored_tps = [tp for tp in partitions if tp.topic == settings.trajectories_topic]
+        last_input = time.monotonic()
+        while True:
+            batches = await consumer.getmany(timeout_ms=200, max_records=2000)
+            for tp, messages in batches.items():
+                for message in messages:
+                    if tp.topic == claims_topic:
+                        _add_claim(scored, message, time.monotonic())
+                    else:
+                        _add_fact(sequencer, tp.topic, settings, message)
+                        last_input = time.monotonic()
+            positions = {tp: await consumer.position(tp) for tp in partitions}
+            scored.read_to({tp.partition: positions[tp] for tp in scored_tps})
+            if backlog is not None:
+                if any(positions[tp] < end for tp, end in backlog.items()):
+                    continue
+                backlog = None
+            watermark = scored.watermark()
+            now = time.monotonic()
+            if now - last_input > settings.sequencer_flush_s:
+                if scored.all_idle(now, CLAIMS_FRESH * settings.group_check_s):
+                    watermark = float("inf")
+            else:
+                watermark = min(watermark, time.time() - settings.lateness_s)
+            fresh = sequencer.advance(watermark)
+            if sink is not None:
+                sink.add([rollout_row(t, UNSET_STALENESS) for t in sequencer.drain_recorded()])
+            if not fresh:
+                continue
+            async with producer.transaction():
+                for sample in fresh:
+                    await producer.send(
+                        settings.train_topic, codec.encode(sample), key=sample.sample_id.encode()
+                    )
+            if on_emitted is not None:
+                on_emitted(len(fresh))
+            if sink is not None:
+                sink.add([rollout_row(s.trajectory, s.staleness) for s in fresh])
+    finally:
+        await consumer.stop()
+        await producer.stop()
+
+
+def _add_fact(
+    sequencer: EventTimeSequencer, topic: str, settings: StreamsSettings, message: Any
+) -> None:
+    try:
+        if topic == settings.queue_topic:
+            sequencer.add_queue_entry(message.offset, codec.decode(message.value, QueueEntry))
+        elif topic == settings.policy_topic:
+            sequencer.add_policy(codec.decode(message.value, PolicyUpdated))
+        else:
+            sequencer.add_completion(codec.decode(message.value, Trajectory))
+    except SchemaError as exc:
+        log.warning("sequencer skipped %s@%d: %s", topic, message.offset, exc)
+
+
+def _add_claim(scored: ScoredHorizon, message: Any, now: float) -> None:
+    if message.value is None:
+        return  # compacted away: nothing to rely on
+    try:
+        scored.read_claim(ScoredThrough.decode(message.value), now)
+    except ValueError as exc:
+        log.warning("sequencer skipped claim %d: %s", message.offset, exc)
