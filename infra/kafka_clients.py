@@ -128,7 +128,7 @@ class EndOffsets:
         self.timeout_s = timeout_s
         self._consumer: AIOKafkaConsumer | None = None
 
-    async def of(self, partitions: list[TopicPartition]) -> dict[TopicPartition, int]:
+    async def ends_of(self, partitions: list[TopicPartition]) -> dict[TopicPartition, int]:
         """Raises KafkaError or TimeoutError when the broker does not answer in time."""
         try:
             async with asyncio.timeout(self.timeout_s):

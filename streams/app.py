@@ -1,11 +1,11 @@
 """The live Faust worker: one stage from forge.events to forge.trajectories, then sequence and
 sink.
 
-- ``process_events`` (forge.events, keyed by group: every member of a group on one partition;
-  read a fetched batch at a time, ``streams.faust_transport``): each record is decoded once
-  and joins its partition's open rollouts and groups (``streams.stage.events_partition``); a group
-  settles complete, or at its timeout once the horizon across all partitions
-  (``streams.event_time.watermarks``, via a topic of their own:
+- ``process_events`` (``streams.stage.event_stage``; forge.events, keyed by group: every member
+  of a group on one partition; read a fetched batch at a time, ``streams.faust_transport``): each
+  record is decoded once and joins its partition's open rollouts and groups
+  (``streams.stage.events_partition``); a group settles complete, or at its timeout once the
+  horizon across all partitions (``streams.event_time.watermarks``, via a topic of their own:
   ``streams.event_time.watermark_rounds``) passes its deadline. Its trajectories, its mark and the
   partition's floor are committed in one Kafka transaction of the partition's own producer
   (``streams.stage.group_writes``), which fences the previous owner
@@ -22,15 +22,15 @@ commits are off for it — and read again from there after a restart or a rebala
 ``streams.analytics.analytics_wiring``. Undecodable records go to forge.dlq with the reason, and so
 do rollouts that cannot be scored: larger than one message, with a non-finite reward input, ended
 after their group's timeout, never ended, or on a partition their group's id does not hash to (a
-log keyed by rollout: rewrite it, ``forge-rl rekey-events``). This module only wires the pure cores.
+log keyed by rollout: rewrite it, ``forge-rl rekey-events``). This module only wires the agents,
+tasks and timers, each a named function in the module of its job, to what they share.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import time
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from datetime import timedelta
 from functools import partial
 from typing import Any
@@ -43,16 +43,15 @@ from infra.kafka_clients import BATCH_BYTES, ensure_topics, topic_partitions
 from infra.metrics_server import StreamsMetrics, serve_metrics
 from infra.partitioner import RememberingPartitioner
 from schemas.errors import ConfigError
-from schemas.records import Envelope
 from schemas.topics import DLQ, EVENTS, MAX_MESSAGE_BYTES, TRAJECTORIES
 from streams.analytics.analytics_wiring import wire_analytics
-from streams.analytics.sinks import SinkBuffer, call_rows
+from streams.analytics.sinks import SinkBuffer
 from streams.config import StreamsSettings, load_pipeline_config
 from streams.event_time.claim_rounds import claim_scored_through
 from streams.event_time.live_state import Generations, LiveState
 from streams.event_time.scored_through import scored_through_topic
 from streams.event_time.watermark_rounds import (
-    follow_watermarks,
+    add_watermark_follower,
     other_events_topics,
     send_watermarks,
 )
@@ -62,28 +61,79 @@ from streams.faust_transport import (
     BatchCountingMonitor,
     Transport,
     consumer_generation,
-    current_records,
     request_rejoin,
 )
 from streams.internal_topics import internal_topics, settled_topic, watermarks_topic
-from streams.sequencing.live_sequencer import run_sequencer
+from streams.pipeline_config import PipelineConfig
+from streams.sequencing.live_sequencer import add_sequencer
 from streams.stage.dead_letters import DeadLetters
-from streams.stage.events_partition import Outputs, misplaced
+from streams.stage.event_stage import EventStage, add_event_stage
 from streams.stage.group_scorer import Settlement
-from streams.stage.group_writes import GroupWrites, Topics
+from streams.stage.group_writes import Topics
 from streams.stage.owned_partitions import OwnedPartitions, Takeover
 from streams.stall_refetch import refetch_stalled_partitions
 
 log = logging.getLogger(__name__)
 
+OPEN_ROLLOUT_LIMIT = 2
+"""Group timeouts of event time after its start that a rollout not ended is let go at."""
+MARK_KEEP = 3
+"""Group timeouts past its deadline that a settled group's mark is kept: past the longest a
+rollout is held open, so nothing of the group can arrive later."""
+
 
 def create_streams_app(
     settings: StreamsSettings, bootstrap: str, infra: InfraSettings
 ) -> faust.App:
+    """The worker's Faust app: its topics made sure of, then the stage, the watermarks and
+    claims, the stall refetch and the sequencer wired to the collaborators they share."""
     config = load_pipeline_config(settings.pipeline_file)
     # The internal topics are partitioned as forge.events is when the group first starts:
     # grown partitions need a new app_id.
     partitions = len(topic_partitions(bootstrap, (settings.events_topic,))) or EVENTS.partitions
+    app = _faust_app(settings, infra, bootstrap, partitions)
+    _ensure_own_topics(settings, infra, bootstrap, partitions)
+    topics = _Topics.declare(app, settings, partitions)
+    generations = Generations(
+        lambda generation: LiveState(generation, EventsProgress(settings.idle_flush_s))
+    )
+    horizon = SharedHorizon(timedelta(seconds=settings.lateness_s))
+    horizon_moved = asyncio.Event()
+    metrics = StreamsMetrics(
+        app.monitor,
+        events_topic=settings.events_topic,
+        open_groups=lambda: sum(
+            p.groups.open_groups for p in _partitions(generations.current(consumer_generation(app)))
+        ),
+    )
+    serve_metrics(metrics.registry, infra.metrics_port, infra.metrics_bind)
+    letters = DeadLetters(topics.dlq, settings.app_id)
+    buffer = wire_analytics(app, settings, infra, letters)
+    owned = _owned_partitions(app, settings, bootstrap, config, letters, buffer, metrics)
+    stage = EventStage(app, settings.events_topic, partitions, generations, horizon, owned,
+                       letters, buffer)  # fmt: skip
+    add_event_stage(stage, topics.events, group_check_s=settings.group_check_s)
+    send_watermarks(
+        app, generations, owned.writer, events_topic=settings.events_topic,
+        watermarks=topics.marks, group_check_s=settings.group_check_s,
+    )  # fmt: skip
+    add_watermark_follower(
+        app, bootstrap, watermarks_topic(settings.app_id), settings.events_topic, horizon,
+        horizon_moved,
+    )  # fmt: skip
+    claim_scored_through(
+        app, generations, topics.claims, horizon, horizon_moved, bootstrap=bootstrap,
+        trajectories_topic=settings.trajectories_topic, partitions=partitions,
+        group_check_s=settings.group_check_s,
+    )  # fmt: skip
+    refetch_stalled_partitions(app, generations, settings.events_topic)
+    add_sequencer(app, settings, bootstrap, config, buffer, on_emitted=metrics.samples.inc)
+    return app
+
+
+def _faust_app(
+    settings: StreamsSettings, infra: InfraSettings, bootstrap: str, partitions: int
+) -> faust.App:
     app = faust.App(
         settings.app_id,
         broker=f"kafka://{bootstrap}",
@@ -109,7 +159,14 @@ def create_streams_app(
     app.transport = Transport(
         app.conf.broker_consumer, app, batched_topics=(settings.events_topic,)
     )
-    # Created up front (forge.trajectories too: the claims name its partitions).
+    return app
+
+
+def _ensure_own_topics(
+    settings: StreamsSettings, infra: InfraSettings, bootstrap: str, partitions: int
+) -> None:
+    """The internal topics and forge.trajectories created up front (the claims name its
+    partitions); an app id that served another events topic refused."""
     ensure_topics(
         bootstrap,
         (*internal_topics(settings.app_id, partitions),
@@ -125,36 +182,45 @@ def create_streams_app(
             f"marks, floors and watermarks are that topic's; run {settings.events_topic} under a "
             "new FORGE_STREAMS_APP_ID"
         )
-    # acks=False: Faust never commits it; the floors are committed in the groups' transactions.
-    events = app.topic(settings.events_topic, key_type=bytes, value_type=bytes, acks=False,
-                       maxsize=BATCHES_BUFFERED)  # fmt: skip
-    marks = app.topic(watermarks_topic(settings.app_id), key_type=bytes, value_type=bytes,
-                      partitions=1, internal=True)  # fmt: skip
-    claims = app.topic(scored_through_topic(settings.app_id), key_type=bytes,
-                       value_type=bytes, partitions=partitions, internal=True)  # fmt: skip
-    dlq = app.topic(DLQ.name, key_type=bytes, value_type=bytes)
 
+
+@dataclass(frozen=True)
+class _Topics:
+    events: faust.TopicT
+    marks: faust.TopicT
+    claims: faust.TopicT
+    dlq: faust.TopicT
+
+    @classmethod
+    def declare(cls, app: faust.App, settings: StreamsSettings, partitions: int) -> _Topics:
+        # acks=False: Faust never commits it; the floors are committed in the groups'
+        # transactions.
+        return cls(
+            events=app.topic(settings.events_topic, key_type=bytes, value_type=bytes,
+                             acks=False, maxsize=BATCHES_BUFFERED),
+            marks=app.topic(watermarks_topic(settings.app_id), key_type=bytes,
+                            value_type=bytes, partitions=1, internal=True),
+            claims=app.topic(scored_through_topic(settings.app_id), key_type=bytes,
+                             value_type=bytes, partitions=partitions, internal=True),
+            dlq=app.topic(DLQ.name, key_type=bytes, value_type=bytes),
+        )  # fmt: skip
+
+
+def _owned_partitions(
+    app: faust.App,
+    settings: StreamsSettings,
+    bootstrap: str,
+    config: PipelineConfig,
+    letters: DeadLetters,
+    buffer: SinkBuffer | None,
+    metrics: StreamsMetrics,
+) -> OwnedPartitions:
     timeout = config.longest_group_timeout
-    generations = Generations(
-        lambda generation: LiveState(generation, EventsProgress(settings.idle_flush_s))
-    )
-    horizon = SharedHorizon(timedelta(seconds=settings.lateness_s))
-    horizon_moved = asyncio.Event()
-    metrics = StreamsMetrics(
-        app.monitor,
-        events_topic=settings.events_topic,
-        open_groups=lambda: sum(
-            p.groups.open_groups for p in _partitions(generations.current(consumer_generation(app)))
-        ),
-    )
-    serve_metrics(metrics.registry, infra.metrics_port, infra.metrics_bind)
-    letters = DeadLetters(dlq, settings.app_id)
-    buffer = wire_analytics(app, settings, infra, letters)
 
     def committed(settlements: list[Settlement]) -> None:
         metrics.trajectories.inc(sum(len(s.trajectories) for s in settlements))
 
-    owned = OwnedPartitions(
+    return OwnedPartitions(
         Takeover(
             bootstrap, settings.app_id, settings.app_id, settings.events_topic,
             Topics(settings.trajectories_topic, settled_topic(settings.app_id)),
@@ -166,124 +232,6 @@ def create_streams_app(
         owns=lambda partition: TP(settings.events_topic, partition) in app.consumer.assignment(),
         rejoin=partial(request_rejoin, app),
     )  # fmt: skip
-
-    async def send_on(writer: GroupWrites, out: Outputs, topic: str, partition: int) -> None:
-        """A rollout that cannot be scored to forge.dlq (the floor passes it once the letter is
-        acknowledged); settled groups to their transaction, their calls rows to the analytics
-        (rollout rows come from the sequencer)."""
-        for dead in out.dead:
-            await letters.of(topic, partition, dead.offset, dead.reason, dead.key, dead.value)
-            if dead.release is not None:
-                writer.partition.release(dead.release)
-        if buffer is not None and out.settlements:
-            buffer.add(calls=call_rows(
-                e for s in out.settlements for m in s.present for e in m.events.events
-            ))  # fmt: skip
-        writer.add(out.settlements)
-
-    async def process_batch(state: LiveState, writer: GroupWrites, batch: list[Any]) -> None:
-        work, progress = writer.partition, state.progress
-        out = Outputs()
-        for message in batch:
-            if message.offset < work.taken_over_at:
-                continue  # committed by the previous owner after the consumer was positioned
-            envelope = await letters.decoded(message, Envelope)
-            if envelope is None:
-                work.passed(message.offset)
-            elif (reason := misplaced(envelope, message.partition, partitions)) is not None:
-                log.error("%s", reason)
-                await letters.of_message(message, reason)
-                work.passed(message.offset)
-            else:
-                got = work.add(message.offset, envelope)
-                out.settlements += got.settlements
-                out.dead += got.dead
-            progress.processed(message.partition, message.offset,
-                               None if envelope is None else envelope.ts,
-                               time.monotonic())  # fmt: skip
-        await send_on(writer, out, settings.events_topic, batch[-1].partition)
-
-    @app.agent(events)
-    async def process_events(stream: faust.StreamT) -> None:
-        """Each Faust event is a batch of one partition's records (``faust_transport``)."""
-        async for event in stream.events():
-            state = generations.at(event.message.generation_id)
-            if state is None:
-                continue  # read in a generation gone: it is read again from the floor
-            batch = list(current_records(app, event))
-            if not batch:
-                continue
-            writer = await owned.writer(state, event.message.partition)
-            if writer is not None:
-                await process_batch(state, writer, batch)
-
-    send_watermarks(
-        app, generations, owned.writer, events_topic=settings.events_topic,
-        watermarks=marks, group_check_s=settings.group_check_s,
-    )  # fmt: skip
-
-    @app.task
-    async def read_watermarks() -> None:
-        await follow_watermarks(
-            bootstrap, watermarks_topic(settings.app_id), settings.events_topic, horizon,
-            horizon_moved,
-        )  # fmt: skip
-
-    @app.timer(interval=settings.group_check_s)
-    async def check_timeouts() -> None:
-        """Open groups past their timeout at the horizon settle, on the partitions whose every
-        record the horizon's marks count is processed here; marks past keeping are forgotten."""
-        state = generations.current(consumer_generation(app))
-        reached = horizon.horizon(partitions)
-        if state is None or reached is None:
-            return
-        for partition, writer in owned.writers(state).items():
-            if horizon.counted(partition) > state.progress.counted(partition):
-                continue  # a previous owner's marks count records not read again yet
-            out = writer.partition.check_timeouts(reached)
-            await send_on(writer, out, settings.events_topic, partition)
-            writer.forget(writer.partition.settled.prune(reached))
-
-    @app.timer(interval=COMMIT_INTERVAL_S)
-    async def commit_regularly() -> None:
-        """Floors that moved with no group settled (dead letters, let-go rollouts)."""
-        for writer in owned.writers(generations.current(consumer_generation(app))).values():
-            writer.request()
-
-    claim_scored_through(
-        app,
-        generations,
-        claims,
-        horizon,
-        horizon_moved,
-        bootstrap=bootstrap,
-        trajectories_topic=settings.trajectories_topic,
-        partitions=partitions,
-        group_check_s=settings.group_check_s,
-    )
-    refetch_stalled_partitions(app, generations, settings.events_topic)
-
-    @app.task
-    async def sequence() -> None:
-        await run_sequencer(settings, bootstrap, config, buffer, on_emitted=metrics.samples.inc)
-
-    @app.on_partitions_revoked.connect  # type: ignore[arg-type]
-    async def stop_writers_on_revoke(sender: Any, revoked: set[TP], **kwargs: Any) -> None:
-        owned.revoke(consumer_generation(app))
-
-    @app.on_before_shutdown.connect  # type: ignore[arg-type]
-    async def stop_writers(sender: Any, **kwargs: Any) -> None:
-        await owned.stop()
-
-    return app
-
-
-COMMIT_INTERVAL_S = 1.0
-OPEN_ROLLOUT_LIMIT = 2
-"""Group timeouts of event time after its start that a rollout not ended is let go at."""
-MARK_KEEP = 3
-"""Group timeouts past its deadline that a settled group's mark is kept: past the longest a
-rollout is held open, so nothing of the group can arrive later."""
 
 
 async def _stored(buffer: SinkBuffer) -> None:

@@ -10,7 +10,7 @@ from pydantic_settings import SettingsConfigDict
 from infra.settings import ForgeSettings
 from schemas.pipeline_file import read_pipeline_file
 from schemas.topics import EVENTS, METRICS, POLICY, QUEUE, TRAIN, TRAJECTORIES
-from streams.replay.pipeline import PipelineConfig
+from streams.pipeline_config import PipelineConfig
 
 
 def load_pipeline_config(path: Path | None) -> PipelineConfig:

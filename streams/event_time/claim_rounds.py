@@ -60,7 +60,7 @@ def claim_scored_through(
             )
             return
         try:
-            ends = await trajectory_ends.of(trajectory_partitions)
+            ends = await trajectory_ends.ends_of(trajectory_partitions)
         except (KafkaError, TimeoutError) as error:
             log.warning("scored-through claims skipped this round: %r", error)  # the broker away
             return

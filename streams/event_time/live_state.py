@@ -39,7 +39,7 @@ class Generations:
         self._new = new
         self._state: LiveState | None = None
 
-    def at(self, generation: int) -> LiveState | None:
+    def state_in(self, generation: int) -> LiveState | None:
         if self._state is None or generation > self._state.generation:
             self._state = self._new(generation)
         return self._state if generation == self._state.generation else None

@@ -62,7 +62,7 @@ def send_watermarks(
         """Each round is written before the next one's check, as the horizon's rule needs
         (mode's timer keeps its pace)."""
         async for _ in app.itertimer(group_check_s, name="watermarks"):
-            state = generations.at(consumer_generation(app))
+            state = generations.state_in(consumer_generation(app))
             if state is None:
                 continue
             try:
@@ -92,6 +92,21 @@ def other_events_topics(bootstrap: str, topic: str, events_topic: str) -> set[st
         return found - {events_topic}
     finally:
         consumer.close()
+
+
+def add_watermark_follower(
+    app: faust.App,
+    bootstrap: str,
+    topic: str,
+    events_topic: str,
+    horizon: SharedHorizon,
+    moved: asyncio.Event,
+) -> None:
+    """The following task (``follow_watermarks``), added to ``app``."""
+
+    @app.task
+    async def read_watermarks() -> None:
+        await follow_watermarks(bootstrap, topic, events_topic, horizon, moved)
 
 
 async def follow_watermarks(

@@ -19,7 +19,8 @@ from streams.analytics.sinks import (
     insert_rollouts,
     rollout_row,
 )
-from streams.replay.pipeline import PipelineConfig, PipelineResult, process_log
+from streams.pipeline_config import PipelineConfig
+from streams.replay.pipeline import PipelineResult, process_log
 
 
 @dataclass(frozen=True)

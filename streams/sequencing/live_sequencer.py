@@ -24,6 +24,7 @@ from collections.abc import Callable
 from functools import partial
 from typing import Any
 
+import faust
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRebalanceListener
 from aiokafka.errors import InvalidProducerEpoch, ProducerFenced
 
@@ -42,7 +43,7 @@ from schemas.topics import derived_train_topic
 from streams.analytics.sinks import UNSET_STALENESS, SinkBuffer, rollout_row
 from streams.config import StreamsSettings
 from streams.event_time.scored_through import ScoredHorizon, ScoredThrough, scored_through_topic
-from streams.replay.pipeline import PipelineConfig
+from streams.pipeline_config import PipelineConfig
 from streams.sequencing.sequencer import EventTimeSequencer
 
 log = logging.getLogger(__name__)
@@ -68,6 +69,21 @@ class _Lease(ConsumerRebalanceListener):  # type: ignore[misc]
         self.held = bool(assigned)
         if assigned and self.consumer is not None:
             self.consumer.pause(*assigned)  # membership only: the records are read elsewhere
+
+
+def add_sequencer(
+    app: faust.App,
+    settings: StreamsSettings,
+    bootstrap: str,
+    config: PipelineConfig,
+    sink: SinkBuffer | None,
+    on_emitted: Callable[[int], None] | None = None,
+) -> None:
+    """The sequencer's task, added to ``app``: every worker runs it, one holds the lease."""
+
+    @app.task
+    async def sequence() -> None:
+        await run_sequencer(settings, bootstrap, config, sink, on_emitted)
 
 
 def transactional_id(settings: StreamsSettings) -> str:
@@ -176,75 +192,120 @@ async def _sequence(
     at once its sample is committed — so analytics hold what was trained, even for a group
     scored twice. A term starts by recording forge.train's samples again.
     """
-    producer = AIOKafkaProducer(
-        bootstrap_servers=bootstrap, transactional_id=transactional_id(settings),
-        max_batch_size=BATCH_BYTES, **PRODUCER_DURABLE,
-    )  # fmt: skip
-    consumer = AIOKafkaConsumer(
-        bootstrap_servers=bootstrap, enable_auto_commit=False, **CONSUMER_LARGE
-    )
-    await producer.start()  # init_transactions: an older holder is fenced from here on
+    term = _Term(settings, bootstrap, sink)
+    await term.producer.start()  # init_transactions: an older holder is fenced from here on
     try:
-        loop = asyncio.get_running_loop()
-        rows_out = None if sink is None else partial(loop.call_soon_threadsafe, sink.add)
-        emitted = await asyncio.to_thread(
-            emitted_indices, bootstrap, settings.train_topic, rows_out
-        )
-        log.info("sequencer term: forge.train holds %d samples", len(emitted))
-        sequencer = config.sequencer(consumed=emitted)
-        await consumer.start()
-        claims_topic = scored_through_topic(settings.app_id)
-        topics = (settings.queue_topic, settings.trajectories_topic, settings.policy_topic,
-                  claims_topic)  # fmt: skip
-        partitions = await asyncio.to_thread(topic_partitions, bootstrap, topics)
-        consumer.assign(partitions)
-        await consumer.seek_to_beginning(*partitions)
-        backlog: dict[Any, int] | None = await consumer.end_offsets(partitions)
-        claim_partitions = sum(tp.topic == claims_topic for tp in partitions)
-        if not claim_partitions:
-            raise RuntimeError(f"no topic {claims_topic}: the streams app creates it at start")
-        scored = ScoredHorizon(claim_partitions)
-        scored_tps = [tp for tp in partitions if tp.topic == settings.trajectories_topic]
-        last_input = time.monotonic()
+        sequencer = config.sequencer(consumed=await term.emitted())
+        await term.consumer.start()
+        await term.assign()
         while True:
-            batches = await consumer.getmany(timeout_ms=200, max_records=2000)
-            for tp, messages in batches.items():
-                for message in messages:
-                    if tp.topic == claims_topic:
-                        _add_claim(scored, message, time.monotonic())
-                    else:
-                        _add_fact(sequencer, tp.topic, settings, message)
-                        last_input = time.monotonic()
-            positions = {tp: await consumer.position(tp) for tp in partitions}
-            scored.read_to({tp.partition: positions[tp] for tp in scored_tps})
-            if backlog is not None:
-                if any(positions[tp] < end for tp, end in backlog.items()):
+            await term.read_inputs(sequencer)
+            if term.backlog is not None:
+                if not await term.caught_up():
                     continue
-                backlog = None
-            watermark = scored.watermark()
-            now = time.monotonic()
-            if now - last_input > settings.sequencer_flush_s:
-                if scored.all_idle(now, CLAIMS_FRESH * settings.group_check_s):
-                    watermark = float("inf")
-            else:
-                watermark = min(watermark, time.time() - settings.lateness_s)
-            fresh = sequencer.advance(watermark)
+                term.backlog = None
+            fresh = sequencer.advance(term.watermark())
             if sink is not None:
                 sink.add([rollout_row(t, UNSET_STALENESS) for t in sequencer.drain_recorded()])
-            if not fresh:
-                continue
-            async with producer.transaction():
-                for sample in fresh:
-                    await producer.send(
-                        settings.train_topic, codec.encode(sample), key=sample.sample_id.encode()
-                    )
-            if on_emitted is not None:
-                on_emitted(len(fresh))
-            if sink is not None:
-                sink.add([rollout_row(s.trajectory, s.staleness) for s in fresh])
+            if fresh:
+                await term.emit(fresh)
+                if on_emitted is not None:
+                    on_emitted(len(fresh))
     finally:
-        await consumer.stop()
-        await producer.stop()
+        await term.consumer.stop()
+        await term.producer.stop()
+
+
+class _Term:
+    """One term's clients and its view of the inputs: the fenced producer, the consumer of
+    the queue, trajectories, policies and claims, and the claims read so far."""
+
+    def __init__(self, settings: StreamsSettings, bootstrap: str, sink: SinkBuffer | None) -> None:
+        self.settings = settings
+        self.bootstrap = bootstrap
+        self.sink = sink
+        self.producer = AIOKafkaProducer(
+            bootstrap_servers=bootstrap, transactional_id=transactional_id(settings),
+            max_batch_size=BATCH_BYTES, **PRODUCER_DURABLE,
+        )  # fmt: skip
+        self.consumer = AIOKafkaConsumer(
+            bootstrap_servers=bootstrap, enable_auto_commit=False, **CONSUMER_LARGE
+        )
+        self.claims_topic = scored_through_topic(settings.app_id)
+        self.partitions: list[Any] = []
+        self.backlog: dict[Any, int] | None = None
+        """The inputs' ends at the term's start, until they are read up to them."""
+        self.scored = ScoredHorizon(1)
+        self.last_input = time.monotonic()
+
+    async def emitted(self) -> frozenset[int]:
+        """What forge.train holds, its samples' rollout rows recorded again."""
+        loop = asyncio.get_running_loop()
+        sink = self.sink
+        rows_out = None if sink is None else partial(loop.call_soon_threadsafe, sink.add)
+        emitted = await asyncio.to_thread(
+            emitted_indices, self.bootstrap, self.settings.train_topic, rows_out
+        )
+        log.info("sequencer term: forge.train holds %d samples", len(emitted))
+        return emitted
+
+    async def assign(self) -> None:
+        settings = self.settings
+        topics = (settings.queue_topic, settings.trajectories_topic, settings.policy_topic,
+                  self.claims_topic)  # fmt: skip
+        self.partitions = await asyncio.to_thread(topic_partitions, self.bootstrap, topics)
+        self.consumer.assign(self.partitions)
+        await self.consumer.seek_to_beginning(*self.partitions)
+        self.backlog = await self.consumer.end_offsets(self.partitions)
+        claim_partitions = sum(tp.topic == self.claims_topic for tp in self.partitions)
+        if not claim_partitions:
+            raise RuntimeError(f"no topic {self.claims_topic}: the streams app creates it at start")
+        self.scored = ScoredHorizon(claim_partitions)
+
+    async def read_inputs(self, sequencer: EventTimeSequencer) -> None:
+        """One fetch: claims to the scored horizon, every other record a fact; then how far
+        each trajectories partition is read."""
+        batches = await self.consumer.getmany(timeout_ms=200, max_records=2000)
+        for tp, messages in batches.items():
+            for message in messages:
+                if tp.topic == self.claims_topic:
+                    _add_claim(self.scored, message, time.monotonic())
+                else:
+                    _add_fact(sequencer, tp.topic, self.settings, message)
+                    self.last_input = time.monotonic()
+        trajectories = [
+            tp for tp in self.partitions if tp.topic == self.settings.trajectories_topic
+        ]
+        self.scored.read_to({tp.partition: await self.consumer.position(tp) for tp in trajectories})
+
+    async def caught_up(self) -> bool:
+        """Whether every input is read up to its end at the term's start."""
+        assert self.backlog is not None
+        for tp, end in self.backlog.items():
+            if await self.consumer.position(tp) < end:
+                return False
+        return True
+
+    def watermark(self) -> float:
+        """The claims' watermark, trailing the wall clock by ``lateness_s`` while inputs come;
+        infinite once they are quiet and every partition's owner claims nothing is on its way."""
+        settings, now = self.settings, time.monotonic()
+        watermark = self.scored.watermark()
+        if now - self.last_input > settings.sequencer_flush_s:
+            if self.scored.all_idle(now, CLAIMS_FRESH * settings.group_check_s):
+                return float("inf")
+            return watermark
+        return min(watermark, time.time() - settings.lateness_s)
+
+    async def emit(self, fresh: list[TrainSample]) -> None:
+        """``fresh`` to forge.train in one transaction; their rollout rows after it."""
+        async with self.producer.transaction():
+            for sample in fresh:
+                await self.producer.send(
+                    self.settings.train_topic, codec.encode(sample), key=sample.sample_id.encode()
+                )
+        if self.sink is not None:
+            self.sink.add([rollout_row(s.trajectory, s.staleness) for s in fresh])
 
 
 def _add_fact(

@@ -25,7 +25,7 @@ class DeadLetters:
     async def send(self, letter: DeadLetter) -> None:
         await (await self.dlq.send(key=letter.key, value=codec.encode(letter)))
 
-    async def of(
+    async def send_record(
         self,
         topic: str,
         partition: int,
@@ -39,10 +39,10 @@ class DeadLetters:
             consumer=self.consumer, ts=datetime.now(UTC), key=key, value=value,
         ))  # fmt: skip
 
-    async def of_message(self, message: Any, reason: str) -> None:
+    async def send_message(self, message: Any, reason: str) -> None:
         """The message read, with the reason."""
-        await self.of(message.topic, message.partition, message.offset, reason, message.key,
-                      message.value)  # fmt: skip
+        await self.send_record(message.topic, message.partition, message.offset, reason,
+                               message.key, message.value)  # fmt: skip
 
     async def decoded(self, message: Any, record_type: type[R]) -> R | None:
         """The record a message (Faust's, or aiokafka's from a batch) holds, or None once it

@@ -15,7 +15,7 @@ from datetime import datetime, timedelta
 
 from infra.partitioner import partition_of_key
 from schemas.records import Envelope, RolloutStarted
-from streams.replay.pipeline import PipelineConfig
+from streams.pipeline_config import PipelineConfig
 from streams.stage import rollout_letters
 from streams.stage.group_scorer import GroupScorer, Member, Settlement
 from streams.stage.open_rollouts import OpenRollouts

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
 from schemas.records import Trajectory
-from streams.replay.pipeline import PipelineConfig
+from streams.pipeline_config import PipelineConfig
 from streams.stage import rollout_letters
 from streams.stage.assembler import AssembledRollout, RolloutAssembly
 from streams.stage.groups import deadline, settle_group

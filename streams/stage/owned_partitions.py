@@ -22,7 +22,7 @@ from aiokafka.errors import KafkaError
 
 from streams.event_time.live_state import LiveState
 from streams.event_time.watermarks import newest_of_metadata
-from streams.replay.pipeline import PipelineConfig
+from streams.pipeline_config import PipelineConfig
 from streams.stage.dead_letters import DeadLetters
 from streams.stage.events_partition import EventsPartition
 from streams.stage.group_scorer import Settlement
@@ -139,8 +139,8 @@ class OwnedPartitions:
             for record, reason in settled.load(
                 await read_marks(t.bootstrap, marks_topic, partition)
             ):
-                await self.letters.of(marks_topic, partition, record.offset, reason, record.key,
-                                      record.value)  # fmt: skip
+                await self.letters.send_record(marks_topic, partition, record.offset, reason,
+                                               record.key, record.value)  # fmt: skip
             events = TopicPartition(t.events_topic, partition)
             floor, newest = await committed_floor(t.bootstrap, t.consumer_group, events)
         except BaseException:

@@ -28,7 +28,7 @@ from streams.stage.message_size import MESSAGE_LIMIT, size_bound, too_large
 from streams.stage.rewards import MemberResult, score_group
 
 if TYPE_CHECKING:  # the pipeline scores through here
-    from streams.replay.pipeline import PipelineConfig
+    from streams.pipeline_config import PipelineConfig
 
 
 @dataclass(frozen=True)

@@ -24,7 +24,8 @@ from schemas.topics import POLICY, QUEUE, TRAJECTORIES, TopicSpec, derived_train
 from streams.config import StreamsSettings
 from streams.event_time.scored_through import ScoredThrough, scored_through_topic
 from streams.internal_topics import internal_topics
-from streams.replay.pipeline import PipelineConfig, process_log
+from streams.pipeline_config import PipelineConfig
+from streams.replay.pipeline import process_log
 from streams.sequencing.live_sequencer import run_sequencer
 from tests.builders import T0
 from tests.integration.test_sequencer_exact import log_part

@@ -15,7 +15,8 @@ from infra.partitioner import RememberingPartitioner
 from schemas import codec
 from schemas.records import Envelope
 from schemas.topics import EVENTS, POLICY, QUEUE, TopicSpec
-from streams.replay.pipeline import PipelineConfig, process_log
+from streams.pipeline_config import PipelineConfig
+from streams.replay.pipeline import process_log
 from streams.replay.rekey import rekey_events
 from streams.replay.replay_log import ReplaySources, run_replay
 from tests.integration.test_streams_worker import send_events, synthetic_log, train_samples

@@ -20,7 +20,7 @@ from infra.tiny_model import save_tiny_policy
 from schemas.pipeline_file import RewardConfig
 from schemas.records import Envelope, ModelResponse, TrainSample
 from schemas.topics import derived_train_topic
-from streams.replay.pipeline import PipelineConfig
+from streams.pipeline_config import PipelineConfig
 from streams.replay.replay_log import ReplaySources, run_replay
 from tests.gateway_harness import running_gateway
 from trainer.sequences import call_sequences

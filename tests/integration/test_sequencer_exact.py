@@ -23,7 +23,8 @@ from infra.local_broker import free_port
 from schemas import codec
 from schemas.records import QueueEntry
 from schemas.topics import EVENTS, QUEUE, TRAJECTORIES
-from streams.replay.pipeline import PipelineConfig, process_log
+from streams.pipeline_config import PipelineConfig
+from streams.replay.pipeline import process_log
 from tests.builders import T0
 from tests.integration.logged_process import LoggedProcess
 from tests.integration.test_streams_worker import prepared_log, send_events, stop, train_samples

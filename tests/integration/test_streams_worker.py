@@ -33,7 +33,8 @@ from schemas.topics import (
     TopicSpec,
     derived_train_topic,
 )
-from streams.replay.pipeline import PipelineConfig, process_log
+from streams.pipeline_config import PipelineConfig
+from streams.replay.pipeline import process_log
 from streams.stage import rollout_letters
 from tests.builders import T0
 from tests.integration.logged_process import LoggedProcess

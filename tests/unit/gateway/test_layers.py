@@ -3,6 +3,7 @@ web framework, so the recorder stays a pure core testable on its own."""
 
 from __future__ import annotations
 
+import ast
 import json
 import subprocess
 import sys
@@ -24,3 +25,40 @@ def test_the_recorder_imports_no_response_rendering():
     assert "gateway.call.recorder" in imported
     rendering = {"gateway.api.responses", "gateway.errors", "starlette", "fastapi"}
     assert imported.isdisjoint(rendering), imported & rendering
+
+
+LAYERS = ("api", "call", "engines")
+"""gateway's subpackages, each importing only those after it (and the shared modules)."""
+SHARED = ("config", "errors", "metrics", "heap")
+
+
+def _gateway_imports(path: Path) -> set[str]:
+    tree = ast.parse(path.read_text())
+    found = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("gateway"):
+            found.add(node.module)
+            found.update(f"{node.module}.{alias.name}" for alias in node.names)
+        elif isinstance(node, ast.Import):
+            found.update(a.name for a in node.names if a.name.startswith("gateway"))
+    return found
+
+
+def _layer(module: str) -> str | None:
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 and parts[1] in LAYERS else None
+
+
+def test_imports_between_the_gateways_subpackages_go_one_way():
+    root = Path(__file__).parents[3] / "gateway"
+    wrong = []
+    for path in root.rglob("*.py"):
+        inner = path.relative_to(root).parts
+        here = inner[0] if len(inner) > 1 else path.stem
+        for module in _gateway_imports(path):
+            there = _layer(module)
+            if here in SHARED and there is not None:
+                wrong.append(f"{path}: shared module imports {module}")
+            elif here in LAYERS and there is not None and LAYERS.index(there) < LAYERS.index(here):
+                wrong.append(f"{path}: {here} imports {module}")
+    assert not wrong, wrong

@@ -20,7 +20,7 @@ def test_no_broker_is_an_error_within_the_bound_and_nothing_is_kept():
         for _ in range(2):
             started = time.monotonic()
             with pytest.raises((KafkaError, TimeoutError)):
-                await ends.of([TopicPartition("t", 0)])
+                await ends.ends_of([TopicPartition("t", 0)])
             assert time.monotonic() - started < 2.5
         return ends
 

@@ -43,7 +43,7 @@ from streams.analytics.sinks import (
     rollout_row,
 )
 from streams.analytics.sql_endpoint import SqlEndpoint, session_settings
-from streams.replay.pipeline import PipelineConfig
+from streams.pipeline_config import PipelineConfig
 from streams.stage.assembler import AssembledRollout
 from streams.stage.scoring import score_trajectories
 from tests.builders import envelope, logprobs, model_request, model_response, tokens

@@ -20,7 +20,8 @@ from schemas.records import (
     ToolCall,
     ToolResult,
 )
-from streams.replay.pipeline import PipelineConfig, process_log
+from streams.pipeline_config import PipelineConfig
+from streams.replay.pipeline import process_log
 from tests.builders import T0
 from tests.unit.streams.test_pipeline import env, queue_entries, rollout
 

@@ -9,7 +9,8 @@ from datetime import timedelta
 from infra.partitioner import partition_of_key
 from schemas.pipeline_file import RewardConfig
 from schemas.records import QueueEntry
-from streams.replay.pipeline import PipelineConfig, process_log
+from streams.pipeline_config import PipelineConfig
+from streams.replay.pipeline import process_log
 from streams.stage.events_partition import REKEY_COMMAND, EventsPartition, Outputs, misplaced
 from streams.stage.settled_groups import SettledGroups
 from tests.builders import T0

@@ -11,7 +11,8 @@ import numpy as np
 
 from schemas.pipeline_file import RewardConfig
 from schemas.records import ProcessSignal, QueueEntry
-from streams.replay.pipeline import PipelineConfig, process_log
+from streams.pipeline_config import PipelineConfig
+from streams.replay.pipeline import process_log
 from streams.stage import rollout_letters
 from streams.stage.assembler import RolloutAssembly
 from streams.stage.group_scorer import GroupScorer, Member

@@ -14,7 +14,8 @@ from hypothesis import strategies as st
 
 from schemas.records import QueueEntry
 from streams.event_time.watermarks import SharedHorizon, Watermark, decode_round, encode_round
-from streams.replay.pipeline import PipelineConfig, process_log
+from streams.pipeline_config import PipelineConfig
+from streams.replay.pipeline import process_log
 from streams.stage.events_partition import EventsPartition
 from streams.stage.settled_groups import SettledGroups, SettledMark
 from tests.builders import T0

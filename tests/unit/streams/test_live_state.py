@@ -6,7 +6,7 @@ from datetime import timedelta
 
 from streams.event_time.live_state import Generations, LiveState
 from streams.event_time.watermarks import EventsProgress
-from streams.replay.pipeline import PipelineConfig
+from streams.pipeline_config import PipelineConfig
 from streams.stage.events_partition import EventsPartition
 from streams.stage.settled_groups import SettledGroups
 from tests.unit.streams.test_pipeline import rollout
@@ -18,11 +18,13 @@ def new_state(generation: int) -> LiveState:
 
 def test_a_newer_generation_starts_afresh_and_an_older_one_finds_nothing():
     generations = Generations(new_state)
-    first = generations.at(3)
-    assert first is not None and generations.at(3) is first and generations.current(3) is first
-    second = generations.at(5)
+    first = generations.state_in(3)
+    assert (
+        first is not None and generations.state_in(3) is first and generations.current(3) is first
+    )
+    second = generations.state_in(5)
     assert second is not None and second is not first
-    assert generations.at(3) is None and generations.current(3) is None
+    assert generations.state_in(3) is None and generations.current(3) is None
     assert generations.current(5) is second
 
 

@@ -20,7 +20,8 @@ from schemas.records import (
     RolloutFinished,
     RolloutStarted,
 )
-from streams.replay.pipeline import PipelineConfig, process_log
+from streams.pipeline_config import PipelineConfig
+from streams.replay.pipeline import process_log
 from tests.builders import T0, model_request, model_response
 
 NO_SPEED = RewardConfig(speed_weight=0.0)

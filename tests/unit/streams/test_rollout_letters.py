@@ -10,7 +10,8 @@ import pytest
 
 from schemas import codec
 from schemas.records import ModelRequest, QueueEntry
-from streams.replay.pipeline import PipelineConfig, process_log
+from streams.pipeline_config import PipelineConfig
+from streams.replay.pipeline import process_log
 from streams.stage import rollout_letters
 from streams.stage.assembler import RolloutAssembly
 from streams.stage.events_partition import EventsPartition

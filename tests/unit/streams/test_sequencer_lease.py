@@ -8,7 +8,7 @@ from typing import Any
 from aiokafka.errors import ProducerFenced
 
 from streams.config import StreamsSettings
-from streams.replay.pipeline import PipelineConfig
+from streams.pipeline_config import PipelineConfig
 from streams.sequencing import live_sequencer
 
 
