@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import sys
 from pathlib import Path
+from typing import IO
 
 import click
 from rich.console import Console
@@ -14,8 +15,19 @@ from infra.config import InfraSettings
 from infra.settings import load_settings
 from schemas.errors import ConfigError, ForgeError
 
-console = Console()
-err_console = Console(stderr=True)
+LOG_WIDTH = 10_000
+"""The columns of a console writing to a file or a pipe: rich would squeeze tables into 80 and
+cut their cells with "…"; this wide, a table takes its natural width and no line wraps."""
+
+
+def console_for(file: IO[str] | None = None, *, stderr: bool = False) -> Console:
+    """A terminal's console as rich sizes it; any other output's at its natural width."""
+    console = Console(file=file, stderr=stderr)
+    return console if console.is_terminal else Console(file=file, stderr=stderr, width=LOG_WIDTH)
+
+
+console = console_for()
+err_console = console_for(stderr=True)
 
 
 class ForgeGroup(click.Group):

@@ -101,11 +101,18 @@ def analytics_tables(
             console.print(f"[yellow]{title}: {exc}[/yellow]")
             continue
         tables[name] = {"columns": columns, "rows": [list(r) for r in rows]}
-        table = Table(*columns, title=title)
-        for row in rows:
-            table.add_row(*(str(v) for v in row))
-        console.print(table)
+        print_table(console, title, columns, rows)
     return tables
+
+
+def print_table(
+    console: Console, title: str, columns: Sequence[str], rows: Sequence[Sequence[Any]]
+) -> None:
+    """One closing report as a table (at its natural width off a terminal: ``console_for``)."""
+    table = Table(*columns, title=title)
+    for row in rows:
+        table.add_row(*(str(v) for v in row))
+    console.print(table)
 
 
 def print_learning(learning: RunLearning, console: Console) -> None:

@@ -22,7 +22,15 @@ from matplotlib.axes import Axes
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
-from forge_rl.report_data import PHASES, Frame, Span, frames, per_minute, report_queries
+from forge_rl.report_data import (
+    PHASES,
+    REWARD_WINDOW,
+    Frame,
+    Span,
+    frames,
+    per_minute,
+    report_queries,
+)
 
 PAGE = "index.html"
 
@@ -46,45 +54,51 @@ def _no_data(ax: Axes, what: str) -> None:
     ax.set_yticks([])
 
 
+def _raw_and_moving(ax: Axes, frame: Frame, column: str, label: str, color: str) -> None:
+    """Each rollout's own value faint, the moving mean over rollouts drawn over it."""
+    x = frame.col("x")
+    ax.scatter(x, frame.col("total_reward"), s=4, alpha=0.15, color=color, linewidths=0)
+    ax.plot(x, frame.col(column), color=color, lw=1.6, label=label)
+
+
 def draw_rewards(fig: Figure, data: dict[str, Frame]) -> None:
     frame = data["rewards"]
     ax = fig.add_subplot()
     if not frame:
         _no_data(ax, "rollouts")
         return
-    versions = frame.col("policy_version")
-    ax.plot(versions, frame.col("mean_reward"), marker="o", ms=3, label="mean reward")
-    ax.set_xlabel("policy version")
-    ax.set_ylabel("mean reward per rollout")
+    _raw_and_moving(ax, frame, "mean_reward", "reward (moving mean)", "tab:blue")
+    ax.set_xlabel("policy version that generated the rollout")
+    ax.set_ylabel("reward per rollout")
     share = ax.twinx()
-    share.plot(versions, frame.col("solved_share"), marker="s", ms=3, color="tab:green",
-               label="solved share")  # fmt: skip
-    share.plot(versions, frame.col("aborted_share"), ls=":", color="tab:red",
-               label="aborted share")  # fmt: skip
+    x = frame.col("x")
+    share.plot(x, frame.col("solved_share"), color="tab:green", label="solved share")
+    share.plot(x, frame.col("aborted_share"), ls=":", color="tab:red", label="aborted share")
     share.set_ylim(-0.02, 1.02)
-    share.set_ylabel("share of rollouts")
+    share.set_ylabel("share of rollouts (moving)")
     lines = ax.get_legend_handles_labels()[0] + share.get_legend_handles_labels()[0]
     ax.legend(lines, [str(line.get_label()) for line in lines], loc="best", fontsize=8)
     ax.grid(alpha=0.3)
 
 
 def draw_domains(fig: Figure, data: dict[str, Frame]) -> None:
-    """Each domain's mean reward by policy version, and its share of what was trained."""
-    frame = data["domain_rewards"]
+    """Each domain's reward by policy version (moving mean over its rollouts, raw faint), and
+    its share of what was trained."""
+    frame, trained = data["domain_rewards"], data["domain_trained"]
     rewards, shares = fig.subplots(1, 2)
     if not frame:
         _no_data(rewards, "rollouts")
         _no_data(shares, "rollouts")
         return
-    parts = frame.by("domain")
-    total = sum(frame.col("trained")) or 1.0
-    for name, part in parts.items():
-        rewards.plot(part.col("policy_version"), part.col("mean_reward"), marker="o", ms=3,
-                     label=name)  # fmt: skip
-    rewards.set_xlabel("policy version")
-    rewards.set_ylabel("mean reward per rollout")
+    colors = iter(("tab:blue", "tab:orange", "tab:green", "tab:red", "tab:purple", "tab:brown"))
+    for name, part in frame.by("domain").items():
+        _raw_and_moving(rewards, part, "mean_reward", name, next(colors, "tab:gray"))
+    rewards.set_xlabel("policy version that generated the rollout")
+    rewards.set_ylabel("reward per rollout (moving mean)")
     rewards.legend(fontsize=8)
     rewards.grid(alpha=0.3)
+    parts = trained.by("domain")
+    total = sum(trained.col("trained")) or 1.0
     names = list(parts)
     shares.bar(names, [sum(parts[n].col("trained")) / total for n in names], color="tab:blue")
     shares.set_ylabel("share of trained samples")
@@ -97,9 +111,9 @@ def draw_staleness(fig: Figure, data: dict[str, Frame]) -> None:
     frame = data["staleness"]
     if frame:
         hist.bar(frame.col("staleness"), frame.col("rollouts"), color="tab:purple")
-        hist.set_xlabel("staleness at consumption (policy versions; -1: not consumed)")
+        hist.set_xlabel("versions behind when sequenced (-1: not sequenced)")
         hist.set_ylabel("rollouts")
-        hist.set_title("rollouts by staleness", fontsize=10)
+        hist.set_title("per rollout, when sequenced into forge.train", fontsize=10)
     else:
         _no_data(hist, "rollouts")
     steps = data["steps"]
@@ -108,8 +122,8 @@ def draw_staleness(fig: Figure, data: dict[str, Frame]) -> None:
         per_step.plot(x, steps.col("staleness_mean"), label="mean")
         per_step.plot(x, steps.col("staleness_max"), ls="--", label="max")
         per_step.set_xlabel("train step")
-        per_step.set_ylabel("staleness of the batch (versions)")
-        per_step.set_title("per training step", fontsize=10)
+        per_step.set_ylabel("versions behind when trained")
+        per_step.set_title("per batch, when trained: mean and max", fontsize=10)
         per_step.legend(fontsize=8)
         per_step.grid(alpha=0.3)
     else:
@@ -232,13 +246,18 @@ def draw_throughput(fig: Figure, data: dict[str, Frame]) -> None:
 
 PICTURES: tuple[Picture, ...] = (
     Picture("rewards.png", "Reward and solved share by policy version",
-            "Mean task reward of the rollouts each policy version generated (left axis), the "
-            "share solved (outcome reward > 0, among rollouts with an outcome) and the share "
-            "aborted (right axis).", draw_rewards),
+            f"Each rollout's task reward (faint points) by the policy version that generated "
+            f"it — rollouts of one version spread across it in the order they ended — and the "
+            f"moving mean over the last {REWARD_WINDOW} rollouts (line, left axis); the moving "
+            f"shares solved (outcome reward > 0, among rollouts with an outcome) and aborted "
+            f"(right axis).", draw_rewards),
     Picture("staleness.png", "Staleness",
-            "Left: rollouts by how many policy versions old they were when trained on (-1: not "
-            "consumed yet). Right: each training batch's mean and maximum staleness.",
-            draw_staleness),
+            "Two measures, one per panel. Left, per rollout, when the sequencer emitted it "
+            "into forge.train: the newest policy version it had seen minus the oldest version "
+            "among the rollout's calls (-1: not sequenced). Right, per training batch, when "
+            "the trainer took it: the version being trained minus each sample's oldest call's "
+            "version, mean and max over the batch — larger, by the time a sample waits in "
+            "forge.train.", draw_staleness),
     Picture("cost.png", "Cost over time (the cost ledger)",
             "The cost ledger (forge-rl analytics costs) per time bucket. Top: seconds "
             "busy per second of the run — engine time of model requests (c_sample), trainer "
@@ -255,9 +274,10 @@ PICTURES: tuple[Picture, ...] = (
             "mean and max per step. Bottom: importance weight π_θ/π_old, mean ± std and max, "
             "with the clipped fraction on the right axis.", draw_kl),
     Picture("domains.png", "Domains",
-            "Left: each domain's mean reward per rollout by the policy version that generated "
-            "it. Right: each domain's share of the samples trained (the mix admission steers "
-            "to the pipeline file's shares).", draw_domains),
+            f"Left: each domain's rollouts' reward (faint points) by the policy version that "
+            f"generated it, and the moving mean over that domain's last {REWARD_WINDOW} "
+            f"rollouts (line). Right: each domain's share of the samples trained (the mix "
+            f"admission steers to the pipeline file's shares).", draw_domains),
     Picture("throughput.png", "Throughput",
             "Rollouts finished and samples trained per minute, each over the trailing minute "
             "(or 1/30 of the span when longer).",

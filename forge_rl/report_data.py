@@ -23,6 +23,12 @@ from typing import Any
 
 from schemas.errors import ForgeError
 
+REWARD_WINDOW = 50
+"""Rollouts in the moving mean the reward pictures draw (fewer at the start of the span)."""
+MAX_POINTS = 20_000
+"""Rollouts drawn at most per picture: a longer span is thinned evenly after the moving
+mean is taken over every rollout."""
+
 BUCKET_S = 10
 """Throughput is counted per this many seconds in SQL, then merged into wider bins to plot."""
 
@@ -117,20 +123,17 @@ def report_queries(span: Span) -> dict[str, tuple[str, str]]:
     steps = span.where("ts")
     return {
         "rewards": (
-            "Reward and solved share by policy version",
-            f"""SELECT policy_version, count() AS rollouts, avg(total_reward) AS mean_reward,
-                       countIf(outcome_reward > 0)
-                         / greatest(countIf(outcome_reward IS NOT NULL), 1) AS solved_share,
-                       countIf(status = 'aborted') / count() AS aborted_share
-                FROM rollouts FINAL {rollouts}
-                GROUP BY policy_version ORDER BY policy_version""",
+            f"Reward, solved and aborted share: moving means over {REWARD_WINDOW} rollouts",
+            moving_rewards_sql(rollouts, by_domain=False),
         ),
         "domain_rewards": (
-            "Reward and trained share by domain and policy version",
-            f"""SELECT domain, policy_version, count() AS rollouts,
-                       avg(total_reward) AS mean_reward, countIf(staleness >= 0) AS trained
-                FROM rollouts FINAL {rollouts}
-                GROUP BY domain, policy_version ORDER BY domain, policy_version""",
+            f"Reward by domain: moving means over {REWARD_WINDOW} rollouts",
+            moving_rewards_sql(rollouts, by_domain=True),
+        ),
+        "domain_trained": (
+            "Trained samples by domain",
+            f"""SELECT domain, countIf(staleness >= 0) AS trained FROM rollouts FINAL {rollouts}
+                GROUP BY domain ORDER BY domain""",
         ),
         "staleness": (
             "Rollouts by staleness at consumption",
@@ -161,6 +164,31 @@ def report_queries(span: Span) -> dict[str, tuple[str, str]]:
                 FROM train_steps FINAL {steps} GROUP BY t ORDER BY t""",
         ),
     }
+
+
+def moving_rewards_sql(where: str, *, by_domain: bool) -> str:
+    """Each rollout in ``where`` (or every ``MAX_POINTS``-th of a longer span), ordered by the
+    policy version that generated it, then by its end: ``x`` is its version plus its place
+    among that version's rollouts (a fraction), beside its own reward and the trailing means
+    over ``REWARD_WINDOW`` rollouts (of its domain, ``by_domain``) of the reward, the solved
+    share (outcome reward > 0, among rollouts with an outcome) and the aborted share."""
+    part = "PARTITION BY domain " if by_domain else ""
+    order = "ORDER BY policy_version, ended_at, rollout_id"
+    trailing = f"({part}{order} ROWS BETWEEN {REWARD_WINDOW - 1} PRECEDING AND CURRENT ROW)"
+    return f"""SELECT domain, x, total_reward, mean_reward, solved_share, aborted_share FROM (
+        SELECT domain, total_reward,
+               policy_version + (row_number() OVER (PARTITION BY policy_version {order}) - 1)
+                 / count() OVER (PARTITION BY policy_version) AS x,
+               row_number() OVER ({part}{order}) AS n,
+               count() OVER ({part.rstrip()}) AS rollouts,
+               avg(total_reward) OVER {trailing} AS mean_reward,
+               sumIf(1, outcome_reward > 0) OVER {trailing}
+                 / greatest(sumIf(1, outcome_reward IS NOT NULL) OVER {trailing}, 1)
+                 AS solved_share,
+               avg(status = 'aborted') OVER {trailing} AS aborted_share
+        FROM rollouts FINAL {where})
+    WHERE n % greatest(intDiv(rollouts, {MAX_POINTS}), 1) = 0 OR n = rollouts
+    ORDER BY {"domain, " if by_domain else ""}x"""
 
 
 @dataclass(frozen=True)

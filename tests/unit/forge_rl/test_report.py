@@ -180,3 +180,50 @@ def test_the_command_reports_an_empty_store_and_refuses_an_unknown_run(tmp_path)
     assert all((tmp_path / "out" / p.file).exists() for p in PICTURES)
     result = forge_rl_cli(tmp_path, "report", "--run", "run-x", "--out", str(tmp_path / "x"))
     assert result.returncode == 1 and "no run 'run-x'" in result.stderr
+
+
+MOVING = """
+import json, sys
+from datetime import UTC, datetime, timedelta
+import clickhouse_connect
+from infra.analytics import ensure_tables
+from forge_rl.report_data import moving_rewards_sql
+
+client = clickhouse_connect.get_client(dsn="chdb://" + sys.argv[1])
+ensure_tables(client)
+t0 = datetime(2026, 11, 1, 12, tzinfo=UTC)
+# (version, seconds after t0, reward, outcome, status, domain): inserted out of order
+made = [(1, 5, 1.0, 1.0, "finished", "a"), (0, 9, -0.5, 0.0, "finished", "b"),
+        (0, 2, 0.5, None, "aborted", "a"), (1, 1, 0.25, 1.0, "finished", "b"),
+        (0, 4, 0.0, 0.0, "finished", "a")]
+rows = [dict(rollout_id=f"r{i}", group_id="g", task_id="t", queue_index=i, status=status,
+             started_at=t0, ended_at=t0 + timedelta(seconds=s), duration_s=1.0,
+             outcome_reward=outcome, total_reward=reward, num_calls=1, prompt_tokens=1,
+             completion_tokens=1, policy_version=v, staleness=0, domain=domain)
+        for i, (v, s, reward, outcome, status, domain) in enumerate(made)]
+client.insert("rollouts", [list(r.values()) for r in rows], column_names=list(rows[0]))
+for by_domain in (False, True):
+    result = client.query(moving_rewards_sql("", by_domain=by_domain))
+    print(json.dumps([list(r) for r in result.result_rows]))
+"""
+
+
+def test_the_reward_pictures_draw_trailing_means_over_rollouts_in_version_order(tmp_path):
+    """By version, then by end: each rollout placed at its version plus its share of that
+    version's rollouts before it; the means trail over the rollouts so far (fewer than the
+    window here), per domain when asked."""
+    result = subprocess.run(
+        [sys.executable, "-c", MOVING, str(tmp_path / "chdb")], capture_output=True, text=True,
+        timeout=120, cwd=Path(__file__).parents[3],
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    overall, by_domain = (json.loads(line) for line in result.stdout.splitlines())
+    # in order: v0 @2 (0.5, aborted), v0 @4 (0.0, unsolved), v0 @9 (-0.5), v1 @1, v1 @5
+    assert [round(r[1], 4) for r in overall] == [0.0, 0.3333, 0.6667, 1.0, 1.5]
+    assert [r[2] for r in overall] == [0.5, 0.0, -0.5, 0.25, 1.0]
+    assert [round(r[3], 4) for r in overall] == [0.5, 0.25, 0.0, 0.0625, 0.25]
+    assert [round(r[4], 4) for r in overall] == [0.0, 0.0, 0.0, 0.3333, 0.5]  # solved share
+    assert [round(r[5], 4) for r in overall] == [1.0, 0.5, 0.3333, 0.25, 0.2]  # aborted
+    a = [r for r in by_domain if r[0] == "a"]
+    assert [r[2] for r in a] == [0.5, 0.0, 1.0]
+    assert [round(r[3], 4) for r in a] == [0.5, 0.25, 0.5]
