@@ -22,9 +22,11 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from gateway.api import lifecycle, openai_routes
+from gateway.api.access_log import AccessLogMiddleware
 from gateway.api.auth import Auth
 from gateway.api.body_limit import BodyLimitMiddleware
 from gateway.api.deps import Gateway, GatewayDep
+from gateway.api.not_found import route_not_found
 from gateway.call.event_log import EventSink
 from gateway.call.log_state import EventFollower, follow_train_steps
 from gateway.call.policy_follower import follow_policy
@@ -85,6 +87,10 @@ def _install_error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(StarletteHTTPException)
     async def http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        if exc.status_code == 404 and exc.detail == "Not Found":  # no route: not a rollout's 404
+            return error_response(
+                route_not_found(request.method, request.url.path, request.app.openapi()["paths"])
+            )
         return error_response(HttpStatusError(str(exc.detail), status=exc.status_code))
 
     @app.exception_handler(Exception)
@@ -163,6 +169,8 @@ def create_app(
     _install_error_handlers(app)
     app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_body_bytes)
     app.add_middleware(MetricsMiddleware, metrics=metrics)
+    if settings.access_log:
+        app.add_middleware(AccessLogMiddleware)
     return app
 
 

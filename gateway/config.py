@@ -55,6 +55,13 @@ class GatewaySettings(ForgeSettings):
     max_batch_size: int = Field(default=16, ge=1, description="Rows per embedded micro-batch.")
     batch_wait_ms: float = Field(default=2.0, ge=0, description="Micro-batch gathering window.")
     max_context_tokens: int = Field(default=4096, ge=16)
+    clamp_max_tokens: bool = Field(
+        default=True,
+        description="A request whose max_tokens exceeds the room its prompt leaves in the "
+        "context is served with max_tokens lowered to fit (counted in /metrics and recorded "
+        "in the call's event) instead of refused; a prompt that alone fills the context is "
+        "refused either way.",
+    )
     max_concurrent_generations: int = Field(
         default=64, ge=1, description="Model calls generating at once; more wait in a queue."
     )
@@ -84,6 +91,11 @@ class GatewaySettings(ForgeSettings):
     rollout_timeout_s: float = Field(default=600.0, gt=0)
     max_body_bytes: int = Field(default=8 * 1024 * 1024, ge=1024)
     produce_timeout_s: float = Field(default=10.0, gt=0)
+    access_log: bool = Field(
+        default=True,
+        description="One line per request in the gateway's log (logger gateway.access): "
+        "method, path, status, latency, call id; no keys, no bodies.",
+    )
     keep_alive_s: int = Field(
         default=75,
         ge=1,

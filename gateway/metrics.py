@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -30,6 +31,11 @@ class GatewayMetrics:
         self.prompt_tokens = self.tokens.labels("prompt")
         self.new_prompt_tokens = self.tokens.labels("prompt_new")
         self.completion_tokens = self.tokens.labels("completion")
+        self.max_tokens_clamped = Counter(
+            "forge_gateway_max_tokens_clamped",
+            "Calls served with max_tokens lowered to the room the context left",
+            registry=r,
+        )
         self.drift = Counter(
             "forge_gateway_retokenization_drift",
             "Calls whose messages extend an earlier call but whose tokens do not",
@@ -56,6 +62,26 @@ class GatewayMetrics:
         )
 
 
+UNMATCHED_TEMPLATES = 64
+"""Distinct labels kept for paths no route matches; beyond them, ``unmatched:other``."""
+_SEGMENT = re.compile(r"[a-z][a-z0-9_.-]{0,31}")
+
+
+def unmatched_label(path: str) -> str:
+    """A bounded label for a path no route serves: ``unmatched:`` and its first three
+    segments, a rollout's id as ``{rollout_id}`` and any segment that is not a short
+    lower-case word as ``{id}`` (``/rollouts/ab12/v1/messages`` ->
+    ``unmatched:/rollouts/{rollout_id}/v1/messages``)."""
+    parts = [p for p in path.split("/") if p]
+    if len(parts) >= 2 and parts[0] == "rollouts":
+        head, parts = ["rollouts", "{rollout_id}"], parts[2:]
+    else:
+        head = []
+    shown = [p if _SEGMENT.fullmatch(p) else "{id}" for p in parts[:3]]
+    more = "/…" if len(parts) > 3 else ""
+    return f"unmatched:/{'/'.join([*head, *shown])}{more}"
+
+
 class MetricsMiddleware:
     """Counts requests and times them per route (pure ASGI: no per-request task overhead)."""
 
@@ -64,6 +90,7 @@ class MetricsMiddleware:
         self.metrics = metrics
         self._series: dict[tuple[str, int], tuple[Any, Any]] = {}
         """(request counter, latency histogram) children by (route, status), bound once."""
+        self._unmatched: set[str] = set()
 
     def _observed(self, endpoint: str, status: int) -> tuple[Any, Any]:
         series = self._series.get((endpoint, status))
@@ -74,6 +101,14 @@ class MetricsMiddleware:
                 self.metrics.latency.labels(endpoint),
             )
         return series
+
+    def _unmatched_label(self, path: str) -> str:
+        label = unmatched_label(path)
+        if label not in self._unmatched:
+            if len(self._unmatched) >= UNMATCHED_TEMPLATES:
+                return "unmatched:other"
+            self._unmatched.add(label)
+        return label
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] != "http":
@@ -91,8 +126,9 @@ class MetricsMiddleware:
         try:
             await self.app(scope, receive, observed_send)
         finally:
+            route = scope.get("route")
             requests, latency = self._observed(
-                getattr(scope.get("route"), "path", "unmatched"), status
+                route.path if route is not None else self._unmatched_label(scope["path"]), status
             )
             requests.inc()
             latency.observe(time.perf_counter() - started)

@@ -103,6 +103,10 @@ class ModelRequest(Record):
     n: int = 1
     seed: int | None = None
     tool_results: list[ToolResult] = field(default_factory=list)
+    max_tokens_asked: int | None = None
+    """Set when the gateway lowered max_tokens to fit the context: what was asked."""
+    constraint: str | None = None
+    """What constrained decoding held the completion to (None: nothing)."""
 
 
 @dataclass(eq=False, slots=True)

@@ -13,6 +13,7 @@ from fastapi import APIRouter, Depends
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
 from gateway.api import responses
+from gateway.api.access_log import CALL_ID_HEADER
 from gateway.api.deps import GatewayDep, RolloutRequest, RolloutRequestDep, require_any_key
 from gateway.api.protocol import ChatCompletionRequest, CompletionRequest, validated_call
 from gateway.call.recorder import CallInput
@@ -24,13 +25,15 @@ ROLLOUT_PREFIX = "/rollouts/{rollout_id}"
 router = APIRouter(prefix="/v1")
 
 
-def _sse(chunks: list[dict[str, Any]]) -> StreamingResponse:
+def _sse(chunks: list[dict[str, Any]], call_id: str) -> StreamingResponse:
     async def stream() -> AsyncIterator[bytes]:
         for chunk in chunks:
             yield f"data: {json.dumps(chunk)}\n\n".encode()
         yield b"data: [DONE]\n\n"
 
-    return StreamingResponse(stream(), media_type="text/event-stream")
+    return StreamingResponse(
+        stream(), media_type="text/event-stream", headers={CALL_ID_HEADER: call_id}
+    )
 
 
 def _token_text(tokenizer: ChatTokenizer) -> responses.TokenText:
@@ -61,8 +64,10 @@ async def chat(body: ChatCompletionRequest, on: RolloutRequestDep) -> Response:
     usage = responses.usage(int(call.prompt.shape[0]), generations)
     if body.stream:
         stream_usage = usage if body.include_usage else None
-        return _sse(responses.chat_chunks(call_id, name, answers, stream_usage))
-    return JSONResponse(responses.chat_completion(call_id, name, answers, usage))
+        return _sse(responses.chat_chunks(call_id, name, answers, stream_usage), call_id)
+    return JSONResponse(
+        responses.chat_completion(call_id, name, answers, usage), headers={CALL_ID_HEADER: call_id}
+    )
 
 
 @router.post("/completions")
@@ -76,8 +81,10 @@ async def completions(body: CompletionRequest, on: RolloutRequestDep) -> Respons
     usage = responses.usage(int(call.prompt.shape[0]), generations)
     if body.stream:
         stream_usage = usage if body.include_usage else None
-        return _sse(responses.text_chunks(call_id, name, choices, stream_usage))
-    return JSONResponse(responses.text_completion(call_id, name, choices, usage))
+        return _sse(responses.text_chunks(call_id, name, choices, stream_usage), call_id)
+    return JSONResponse(
+        responses.text_completion(call_id, name, choices, usage), headers={CALL_ID_HEADER: call_id}
+    )
 
 
 @router.get("/models", dependencies=[Depends(require_any_key)])

@@ -19,6 +19,7 @@ from typing import Annotated, Any, Literal
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, field_validator, model_validator
 
+from gateway.call.chat_messages import render_ready
 from gateway.call.recorder import CallInput, normalise_message
 from gateway.call.tool_calls import new_tool_results, offered_tools
 from gateway.config import GatewaySettings
@@ -222,7 +223,7 @@ async def validated_call(
     """The call a parsed request asks for, once the prompt is tokenized and within bounds; a
     400 naming the field otherwise."""
     if isinstance(body, ChatCompletionRequest):
-        messages = [m.model_dump(exclude_none=True) for m in body.messages]
+        messages = render_ready([m.model_dump(exclude_none=True) for m in body.messages])
         prompt_ids = await tokenizer.encode_chat_off_loop(
             messages, body.tools, body.chat_template_kwargs
         )
@@ -234,8 +235,8 @@ async def validated_call(
         prompt_ids = await _prompt_ids(body, tokenizer)
         conversation, offered, results = None, None, ()
         endpoint, max_tokens = "completions", body.max_tokens
-    limit = max_tokens or settings.default_max_tokens
-    _check_context(len(prompt_ids), limit, settings.max_context_tokens)
+    asked = max_tokens or settings.default_max_tokens
+    limit = fitted_max_tokens(len(prompt_ids), asked, settings)
     params = SamplingParams(
         max_tokens=limit,
         temperature=1.0 if body.temperature is None else body.temperature,
@@ -247,7 +248,8 @@ async def validated_call(
     )
     prompt = np.asarray(prompt_ids, dtype=np.int32)
     return CallInput(endpoint, body.model, prompt, params, body.temperature, body.top_p,
-                     conversation, offered, results)  # fmt: skip
+                     conversation, offered, results,
+                     max_tokens_asked=None if limit == asked else asked)  # fmt: skip
 
 
 async def _prompt_ids(body: CompletionRequest, tokenizer: ChatTokenizer) -> list[int]:
@@ -260,12 +262,25 @@ async def _prompt_ids(body: CompletionRequest, tokenizer: ChatTokenizer) -> list
     return ids
 
 
-def _check_context(prompt_len: int, max_tokens: int, context: int) -> None:
+def fitted_max_tokens(prompt_len: int, asked: int, settings: GatewaySettings) -> int:
+    """The max_tokens a call runs with: as asked while prompt + asked fits the context, else
+    the room the prompt leaves (``clamp_max_tokens``) or a 400 (without it). A prompt that
+    leaves no room is a 400 either way, naming what fills the context."""
+    context = settings.max_context_tokens
     if prompt_len == 0:
         raise InvalidRequestError("the prompt is empty", param="prompt")
-    if prompt_len + max_tokens > context:
+    if prompt_len >= context:
         raise InvalidRequestError(
-            f"prompt ({prompt_len} tokens) + max_tokens ({max_tokens}) exceeds the context "
-            f"of {context} tokens",
-            param="max_tokens",
+            f"the prompt alone ({prompt_len} tokens) fills the context of {context} tokens: "
+            "shorten the conversation",
+            param="messages",
         )
+    if prompt_len + asked <= context:
+        return asked
+    if settings.clamp_max_tokens:
+        return context - prompt_len
+    raise InvalidRequestError(
+        f"prompt ({prompt_len} tokens) + max_tokens ({asked}) exceeds the context "
+        f"of {context} tokens",
+        param="max_tokens",
+    )

@@ -64,6 +64,10 @@ class CallInput:
     calls (no tools, tool_choice none, or the completions endpoint)."""
     tool_results: tuple[ToolResult, ...] = ()
     """The tool messages it sends back (``gateway.call.tool_calls.new_tool_results``)."""
+    max_tokens_asked: int | None = None
+    """What the client asked for, when ``params.max_tokens`` was lowered to fit the context."""
+    constraint: str | None = None
+    """What constrained decoding holds the completion to (``ModelRequest.constraint``)."""
 
 
 @dataclass(frozen=True)
@@ -141,6 +145,8 @@ def record_call(
         n=call.params.n,
         seed=call.params.seed,
         tool_results=list(call.tool_results),
+        max_tokens_asked=call.max_tokens_asked,
+        constraint=call.constraint,
     )
     events: list[Event] = [request]
     parents = []

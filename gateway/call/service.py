@@ -312,6 +312,8 @@ class RolloutService:
         self.metrics.completion_tokens.inc(sum(int(g.token_ids.shape[0]) for g in generations))
         if recorded.delta.drift:
             self.metrics.drift.inc()
+        if call.max_tokens_asked is not None:
+            self.metrics.max_tokens_clamped.inc()
         rollout.recent.extend(recorded.parents)
         if rollout.progress is not None:
             first = recorded.completions[0] if recorded.completions else plain_completion("")

@@ -48,10 +48,10 @@ def tiny_policy(tmp_path_factory: pytest.TempPathFactory):
 
 @contextlib.asynccontextmanager
 async def app_under_test(model_dir, **overrides: Any) -> AsyncIterator[AppUnderTest]:
+    fields = {"max_context_tokens": 256, "default_max_tokens": 8, **overrides}
     settings = GatewaySettings(
-        admin_key=ADMIN_KEY, port=8000, model_dir=model_dir, follow_policy=False,
-        max_context_tokens=256, default_max_tokens=8, **overrides,
-    )  # fmt: skip
+        admin_key=ADMIN_KEY, port=8000, model_dir=model_dir, follow_policy=False, **fields
+    )
     engine = EmbeddedEngine(model_dir, max_batch_size=8, batch_wait_ms=20, max_context=256)
     log = MemoryEventLog()
     app = create_app(settings, engine, log)

@@ -965,12 +965,12 @@ FOUND_BUGS = {
     "content-part-text": (
         "/v1/chat/completions",
         {"messages": [{"role": "user", "content": [{"type": "text", "text": 5}]}]},
-        200,
+        400,
     ),
     "tool-call-function": (
         "/v1/chat/completions",
         {"messages": [{"role": "assistant", "content": "x", "tool_calls": [{"function": "f"}]}]},
-        200,
+        400,
     ),
 }
 

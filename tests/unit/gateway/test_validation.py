@@ -11,8 +11,8 @@ import pytest
 from gateway.engines.embedded_engine import EmbeddedEngine
 from gateway.engines.engine import SamplingParams
 from gateway.errors import EngineError
-from schemas.records import RolloutStarted
-from tests.unit.gateway.conftest import ADMIN, ADMIN_KEY
+from schemas.records import ModelRequest, RolloutStarted
+from tests.unit.gateway.conftest import ADMIN, ADMIN_KEY, app_under_test
 
 CHAT = [{"role": "user", "content": "What is 3 * 7?"}]
 
@@ -34,7 +34,7 @@ BAD_CHAT = [
     ({"n": 17}, "n"),
     ({"n": "many"}, "n"),
     ({"max_tokens": 0}, "max_tokens"),
-    ({"max_tokens": 10**6}, "max_tokens"),
+    ({"messages": [{"role": "user", "content": "word " * 300}]}, "messages"),
     ({"stop": ["a", "b", "c", "d", "e"]}, "stop"),
     ({"stop": ""}, "stop"),
     ({"messages": []}, "messages"),
@@ -47,6 +47,42 @@ BAD_CHAT = [
     ({"tool_choice": {"type": "function", "function": {"name": "f"}}}, "tool_choice"),
     ({"logprobs": True, "top_logprobs": 21}, "top_logprobs"),
     ({"chat_template_kwargs": {"messages": []}}, "chat_template_kwargs"),
+    (
+        {
+            "messages": [
+                {
+                    "role": "user",
+                    "content": [
+                        {"type": "text", "text": "what is this?"},
+                        {"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}},
+                    ],
+                }
+            ]
+        },
+        "messages.0.content.1.type",
+    ),
+    (
+        {"messages": [{"role": "user", "content": [{"type": "input_audio"}]}]},
+        "messages.0.content.0.type",
+    ),
+    (
+        {"messages": [{"role": "user", "content": [{"type": "file", "file": {}}]}]},
+        "messages.0.content.0.type",
+    ),
+    ({"messages": [{"role": "user", "content": [{"type": "text"}]}]}, "messages.0.content.0.text"),
+    ({"messages": [{"role": "user", "content": "hi", "name": "bob"}]}, "messages.0.name"),
+    (
+        {
+            "messages": [
+                {
+                    "role": "assistant",
+                    "content": None,
+                    "function_call": {"name": "f", "arguments": "{}"},
+                }
+            ]
+        },
+        "messages.0.function_call",
+    ),
 ]
 
 
@@ -179,3 +215,35 @@ async def test_a_body_over_the_limit_is_413_whether_declared_or_streamed(tiny_po
                 None,
             )
         assert len(small.log.envelopes(rollout["rollout_id"])) == 1
+
+
+async def test_max_tokens_beyond_the_context_is_lowered_to_fit_and_says_so(tiny_policy):
+    """clamp_max_tokens (on by default): served with the room the prompt leaves, the asked
+    value recorded and counted; off, the same request is a 400 naming max_tokens."""
+    async with app_under_test(tiny_policy, max_context_tokens=64) as gw:
+        rollout = await gw.new_rollout()
+        reply = await gw.sdk(rollout).chat.completions.create(
+            model="m", messages=CHAT, max_tokens=32000, seed=1
+        )
+        [request] = [e.payload for e in gw.log.envelopes(rollout["rollout_id"])
+                     if isinstance(e.payload, ModelRequest)]  # fmt: skip
+        assert request.max_tokens_asked == 32000
+        assert request.max_tokens == 64 - request.prompt_len
+        assert reply.usage.prompt_tokens + reply.usage.completion_tokens <= 64
+        metrics = (await gw.http.get("/metrics")).text
+        assert "forge_gateway_max_tokens_clamped_total 1.0" in metrics
+        within = await gw.sdk(rollout).chat.completions.create(
+            model="m", messages=CHAT, max_tokens=2, seed=1
+        )
+        assert within.usage.completion_tokens <= 2
+        requests = [e.payload for e in gw.log.envelopes(rollout["rollout_id"])
+                    if isinstance(e.payload, ModelRequest)]  # fmt: skip
+        assert requests[-1].max_tokens_asked is None and requests[-1].max_tokens == 2
+    async with app_under_test(tiny_policy, max_context_tokens=64, clamp_max_tokens=False) as gw:
+        rollout = await gw.new_rollout()
+        response = await post_json(
+            gw.http, f"/rollouts/{rollout['rollout_id']}/v1/chat/completions",
+            {"model": "m", "messages": CHAT, "max_tokens": 32000}, rollout["api_key"],
+        )  # fmt: skip
+        assert response.status_code == 400
+        assert response.json()["error"]["param"] == "max_tokens"
