@@ -30,6 +30,7 @@ from gateway.api.not_found import route_not_found
 from gateway.call.event_log import EventSink
 from gateway.call.log_state import EventFollower, follow_train_steps
 from gateway.call.policy_follower import follow_policy
+from gateway.call.rendering import build_renderer
 from gateway.call.service import RolloutService
 from gateway.config import GatewaySettings
 from gateway.engines.engine import Engine
@@ -62,6 +63,8 @@ async def health(gateway: GatewayDep) -> JSONResponse:
         "status": "ok" if up else "unavailable",
         "policy_version": engine.policy_version,
         "engine": "up" if up else "down",
+        "renderer": gateway.renderer.family,
+        "renderer_note": gateway.renderer_note,
     }
     return JSONResponse(body, 200 if up else 503)
 
@@ -113,7 +116,9 @@ def create_app(
     start-up (the log read back included) is done, before the first request is served.
     ``domains``: the pipeline file's (``GatewaySettings.domains``); default: ``default`` alone."""
     metrics = GatewayMetrics()
-    service = RolloutService(settings, engine, events, metrics, domains)
+    renderer, renderer_note = build_renderer(engine.tokenizer, settings.renderer)
+    log.info("prompts rendered and completions parsed as %s", renderer_note)
+    service = RolloutService(settings, engine, events, metrics, domains, renderer)
     follower = None
     if bootstrap:
         since_s = settings.rollout_timeout_s + RECOVERY_MARGIN_S
@@ -158,7 +163,9 @@ def create_app(
     no_telemetry = TelemetryConfig(tracing=False, metrics=False, logs=False)
     app = FastAPI(title="forge-rl gateway", lifespan=lifespan, telemetry=no_telemetry)
     # What the routers' dependency (``gateway.api.deps``) reads.
-    app.state.gateway = Gateway(settings, service, auth, engine.tokenizer, engine, metrics)
+    app.state.gateway = Gateway(
+        settings, service, auth, engine.tokenizer, engine, metrics, renderer, renderer_note
+    )
     # The rollout-prefixed mount first: the base URLs agents are handed use it, and routes are
     # matched in order (the paths of the two mounts never overlap).
     app.include_router(openai_routes.router, prefix=openai_routes.ROLLOUT_PREFIX)

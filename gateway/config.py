@@ -29,6 +29,13 @@ class GatewaySettings(ForgeSettings):
         default=None, description="HF model + tokenizer dir; default FORGE_HOME/policies/base."
     )
     served_model_name: str = "forge-policy"
+    renderer: str = Field(
+        default="auto",
+        description="The policy's format: auto (the family its tokenizer's special tokens and "
+        "chat template show), a family name (qwen3, qwen3.5, glm-4.5, minimax-m2, deepseek-v3, "
+        "kimi-k2, llama-3), or template (the tokenizer's own chat template, Hermes-style tool "
+        "calls, no bridge).",
+    )
     vllm_url: str = "http://127.0.0.1:8001"
     engines: int = Field(
         default=1,

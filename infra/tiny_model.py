@@ -1,7 +1,8 @@
 """A tiny causal LM and its tokenizer, built locally from a config (no hub downloads).
 
 Used for the local default and the tests: Qwen2 architecture, a byte-level BPE trained on a
-small corpus, a ChatML chat template. Imports torch/transformers only when called.
+small corpus with Qwen3's special tokens and chat template, so the gateway serves it on the
+path a real Qwen3 takes (the qwen3 renderer). Imports torch/transformers only when called.
 """
 
 from __future__ import annotations
@@ -10,28 +11,32 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-CHATML_TEMPLATE = (
-    "{% if tools %}<|im_start|>system\nTools: {{ tools | tojson }}<|im_end|>\n{% endif %}"
-    "{% for m in messages %}<|im_start|>{{ m['role'] }}\n"
-    "{% if m['content'] is string %}{{ m['content'] }}{% endif %}"
-    "{% for c in m.get('tool_calls') or [] %}<tool_call>\n"
-    "{\"name\": \"{{ c['function']['name'] }}\", \"arguments\": {{ c['function']['arguments'] }}}"
-    "\n</tool_call>{% endfor %}"
-    "<|im_end|>\n{% endfor %}"
-    "{% if add_generation_prompt %}<|im_start|>assistant\n"
-    "{% if enable_thinking is defined and enable_thinking is false %}<think>\n\n</think>\n\n"
-    "{% endif %}{% endif %}"
-)
-"""ChatML with Qwen-style tool calls: ``<tool_call>\n{"name": …, "arguments": …}\n</tool_call>``;
-``enable_thinking=False`` opens the answer with an empty think block, as Qwen3's does."""
+QWEN3_TEMPLATE_FILE = Path(__file__).parent / "qwen3_chat_template.jinja"
+"""Qwen3's chat template: tools in a system block, ``<tool_call>{"name": …, "arguments": …}
+</tool_call>`` calls, results in ``<tool_response>`` blocks of a user turn, ``<think>`` reasoning
+kept on the turns after the last user query, ``enable_thinking=False`` opening the answer with
+an empty think block. The tiny policy is rendered as a real Qwen3 is (``gateway.call.rendering``
+holds the renderer to this template in a test)."""
 QWEN2_SPLIT = (
     r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*"
     r"|\s*[\r\n]+|\s+(?!\S)|\s+"
 )
-SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<tool_call>", "</tool_call>"]
+SPECIAL_TOKENS = [
+    "<|endoftext|>", "<|im_start|>", "<|im_end|>", "<tool_call>", "</tool_call>",
+    "<tool_response>", "</tool_response>", "<think>", "</think>",
+]  # fmt: skip
+"""Qwen3's own: the family the gateway detects, each a single token as in Qwen's vocabulary."""
 
 DEFAULT_CORPUS = [
     "You are a helpful agent. Use tools when they help.",
+    # the fixed text Qwen3's template writes around tools, so that it takes few tokens
+    "# Tools\n\nYou may call one or more functions to assist with the user query.\n\n"
+    "You are provided with function signatures within <tools></tools> XML tags:\n<tools>",
+    "For each function call, return a json object with function name and arguments within "
+    '<tool_call></tool_call> XML tags:\n<tool_call>\n{"name": <function-name>, '
+    '"arguments": <args-json-object>}\n</tool_call>',
+    '{"type": "function", "function": {"name": "guess", "description": "", "parameters": '
+    '{"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]}}}',
     "What is 12 plus 30? The answer is 42.",
     'call calculator with arguments {"expression": "3 * 7"} result 21',
     "system user assistant tool: the quick brown fox jumps over the lazy dog 0123456789",
@@ -40,7 +45,8 @@ DEFAULT_CORPUS = [
 
 
 def build_tokenizer(corpus: Iterable[str] = DEFAULT_CORPUS, vocab_size: int = 512) -> Any:
-    """A byte-level BPE tokenizer with a ChatML template, trained in milliseconds."""
+    """A byte-level BPE tokenizer with Qwen3's special tokens and chat template, trained in
+    milliseconds."""
     from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
 
@@ -67,7 +73,7 @@ def build_tokenizer(corpus: Iterable[str] = DEFAULT_CORPUS, vocab_size: int = 51
         pad_token="<|endoftext|>",
         bos_token=None,
     )
-    fast.chat_template = CHATML_TEMPLATE
+    fast.chat_template = QWEN3_TEMPLATE_FILE.read_text()
     return fast
 
 
@@ -95,9 +101,11 @@ def save_tiny_policy(directory: Path, *, seed: int = 0) -> Path:
     """Write a tokenizer and a random tiny model that ``from_pretrained`` loads offline."""
     tokenizer = build_tokenizer()
     model = build_model(len(tokenizer), seed=seed)
-    for config in (model.config, model.generation_config):  # generation stops at <|im_end|>
-        config.eos_token_id = tokenizer.eos_token_id
-        config.pad_token_id = tokenizer.pad_token_id
+    model.config.eos_token_id = tokenizer.eos_token_id
+    model.config.pad_token_id = tokenizer.pad_token_id
+    # generation stops at <|im_end|> or <|endoftext|>, as Qwen3's generation_config says
+    model.generation_config.eos_token_id = [tokenizer.eos_token_id, tokenizer.pad_token_id]
+    model.generation_config.pad_token_id = tokenizer.pad_token_id
     directory.mkdir(parents=True, exist_ok=True)
     tokenizer.save_pretrained(directory)
     model.save_pretrained(directory)

@@ -13,6 +13,7 @@ from typing import Annotated
 from fastapi import Depends, Request
 
 from gateway.api.auth import Auth
+from gateway.call.rendering import Renderer
 from gateway.call.rollouts import Rollout
 from gateway.call.service import RolloutService
 from gateway.config import GatewaySettings
@@ -33,6 +34,9 @@ class Gateway:
     tokenizer: ChatTokenizer
     engine: Engine
     metrics: GatewayMetrics
+    renderer: Renderer
+    renderer_note: str
+    """Which format renders and parses, and why (for /health)."""
 
 
 async def get_gateway(request: Request) -> Gateway:

@@ -15,7 +15,8 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 from gateway.api import responses
 from gateway.api.access_log import CALL_ID_HEADER
 from gateway.api.deps import GatewayDep, RolloutRequest, RolloutRequestDep, require_any_key
-from gateway.api.protocol import ChatCompletionRequest, CompletionRequest, validated_call
+from gateway.api.protocol import ChatCompletionRequest, CompletionRequest, chat_call, text_call
+from gateway.call.call_input import prepare_chat_call
 from gateway.call.recorder import CallInput
 from gateway.call.service import AnsweredCall
 from gateway.engines.chat_tokenizer import ChatTokenizer
@@ -44,9 +45,13 @@ async def _answered(
     body: ChatCompletionRequest | CompletionRequest, on: RolloutRequest
 ) -> tuple[CallInput, AnsweredCall]:
     """Validated, generated and recorded, in one of the bounded slots (429 beyond them)."""
-    gateway = on.gateway
+    gateway, settings = on.gateway, on.gateway.settings
     async with gateway.service.limiter.slot():
-        call = await validated_call(body, gateway.tokenizer, gateway.settings)
+        if isinstance(body, ChatCompletionRequest):
+            chat = chat_call(body)
+            call = await prepare_chat_call(chat, gateway.renderer, settings, on.rollout.recent)
+        else:
+            call = await text_call(body, gateway.tokenizer, settings)
         return call, await gateway.service.call(on.rollout, call)
 
 

@@ -16,15 +16,13 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, field_validator, model_validator
 
+from gateway.call.call_input import ChatCall, Sampling, prepare_text_call
 from gateway.call.chat_messages import render_ready
-from gateway.call.recorder import CallInput, normalise_message
-from gateway.call.tool_calls import new_tool_results, offered_tools
+from gateway.call.recorder import CallInput
 from gateway.config import GatewaySettings
 from gateway.engines.chat_tokenizer import ChatTokenizer
-from gateway.engines.engine import SamplingParams
 from gateway.errors import InvalidRequestError, UnsupportedFieldError
 from schemas.pipeline_file import DEFAULT_DOMAIN, DOMAIN_PATTERN
 
@@ -73,6 +71,10 @@ class _Request(_Refusals):
         if isinstance(value, list) and len(value) > MAX_STOP_SEQUENCES:
             raise ValueError(f"at most {MAX_STOP_SEQUENCES} stop sequences")
         return value
+
+    def sampling(self, max_tokens: int | None, top_logprobs: int | None) -> Sampling:
+        return Sampling(max_tokens, self.temperature, self.top_p, self.n, self.seed,
+                        self.stop_list(), top_logprobs or 0)  # fmt: skip
 
     def stop_list(self) -> tuple[str, ...]:
         if self.stop is None:
@@ -215,41 +217,25 @@ class AbortIn(BaseModel):
 # --- from a model request to a call ----------------------------------------------------------
 
 
-async def validated_call(
-    body: ChatCompletionRequest | CompletionRequest,
-    tokenizer: ChatTokenizer,
-    settings: GatewaySettings,
-) -> CallInput:
-    """The call a parsed request asks for, once the prompt is tokenized and within bounds; a
-    400 naming the field otherwise."""
-    if isinstance(body, ChatCompletionRequest):
-        messages = render_ready([m.model_dump(exclude_none=True) for m in body.messages])
-        prompt_ids = await tokenizer.encode_chat_off_loop(
-            messages, body.tools, body.chat_template_kwargs
-        )
-        conversation: tuple[Any, ...] | None = tuple(normalise_message(m) for m in messages)
-        offered = offered_tools(body.tools) if body.tools_enabled else None
-        results = tuple(new_tool_results(messages))
-        endpoint, max_tokens = "chat.completions", body.token_limit()
-    else:
-        prompt_ids = await _prompt_ids(body, tokenizer)
-        conversation, offered, results = None, None, ()
-        endpoint, max_tokens = "completions", body.max_tokens
-    asked = max_tokens or settings.default_max_tokens
-    limit = fitted_max_tokens(len(prompt_ids), asked, settings)
-    params = SamplingParams(
-        max_tokens=limit,
-        temperature=1.0 if body.temperature is None else body.temperature,
-        top_p=1.0 if body.top_p is None else body.top_p,
-        n=body.n,
-        seed=body.seed,
-        stop=body.stop_list(),
-        top_logprobs=body.top_k or 0,
+def chat_call(body: ChatCompletionRequest) -> ChatCall:
+    """A Chat Completions request in the gateway's own terms."""
+    return ChatCall(
+        endpoint="chat.completions",
+        model=body.model,
+        messages=render_ready([m.model_dump(exclude_none=True) for m in body.messages]),
+        tools=body.tools,
+        sampling=body.sampling(body.token_limit(), body.top_k),
+        tools_enabled=body.tools_enabled,
+        template_kwargs=body.chat_template_kwargs or {},
     )
-    prompt = np.asarray(prompt_ids, dtype=np.int32)
-    return CallInput(endpoint, body.model, prompt, params, body.temperature, body.top_p,
-                     conversation, offered, results,
-                     max_tokens_asked=None if limit == asked else asked)  # fmt: skip
+
+
+async def text_call(
+    body: CompletionRequest, tokenizer: ChatTokenizer, settings: GatewaySettings
+) -> CallInput:
+    """A plain completion's call, its prompt tokenized (or its ids checked)."""
+    sampling = body.sampling(body.max_tokens, body.top_k)
+    return prepare_text_call(body.model, await _prompt_ids(body, tokenizer), sampling, settings)
 
 
 async def _prompt_ids(body: CompletionRequest, tokenizer: ChatTokenizer) -> list[int]:
@@ -260,27 +246,3 @@ async def _prompt_ids(body: CompletionRequest, tokenizer: ChatTokenizer) -> list
     if any(not 0 <= t < vocab for t in ids):
         raise InvalidRequestError(f"token ids must be in [0, {vocab})", param="prompt")
     return ids
-
-
-def fitted_max_tokens(prompt_len: int, asked: int, settings: GatewaySettings) -> int:
-    """The max_tokens a call runs with: as asked while prompt + asked fits the context, else
-    the room the prompt leaves (``clamp_max_tokens``) or a 400 (without it). A prompt that
-    leaves no room is a 400 either way, naming what fills the context."""
-    context = settings.max_context_tokens
-    if prompt_len == 0:
-        raise InvalidRequestError("the prompt is empty", param="prompt")
-    if prompt_len >= context:
-        raise InvalidRequestError(
-            f"the prompt alone ({prompt_len} tokens) fills the context of {context} tokens: "
-            "shorten the conversation",
-            param="messages",
-        )
-    if prompt_len + asked <= context:
-        return asked
-    if settings.clamp_max_tokens:
-        return context - prompt_len
-    raise InvalidRequestError(
-        f"prompt ({prompt_len} tokens) + max_tokens ({asked}) exceeds the context "
-        f"of {context} tokens",
-        param="max_tokens",
-    )

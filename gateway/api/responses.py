@@ -19,6 +19,8 @@ TokenText = Callable[[int], str]
 def assistant_message(parsed: ParsedCompletion, finish_reason: str) -> tuple[dict[str, Any], str]:
     """The OpenAI assistant message of one parsed generation, and its finish_reason."""
     message: dict[str, Any] = {"role": "assistant", "content": parsed.content}
+    if parsed.reasoning:
+        message["reasoning_content"] = parsed.reasoning
     if parsed.calls:
         message["tool_calls"] = parsed.calls
         return message, "tool_calls"
@@ -109,6 +111,9 @@ def chat_chunks(
     chunks = []
     for i, (message, reason, logprobs) in enumerate(answers):
         chunks.append({**base, "choices": [{"index": i, "delta": {"role": "assistant"}}]})
+        if message.get("reasoning_content"):
+            delta = {"reasoning_content": message["reasoning_content"]}
+            chunks.append({**base, "choices": [{"index": i, "delta": delta}]})
         if message.get("content"):
             choice = {"index": i, "delta": {"content": message["content"]}, "logprobs": logprobs}
             chunks.append({**base, "choices": [choice]})

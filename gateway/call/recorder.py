@@ -16,7 +16,8 @@ from typing import Any
 
 import numpy as np
 
-from gateway.call.tool_calls import ParsedCompletion, parse_completion, plain_completion
+from gateway.call.tool_calls import ParsedCompletion
+from gateway.call.turns import answered_turn
 from gateway.engines.engine import Generation, SamplingParams
 from schemas.records import Envelope, Event, IntArray, ModelRequest, ModelResponse, ToolResult
 from schemas.tokens import common_prefix
@@ -32,9 +33,17 @@ class CallRecord:
     sequence: IntArray
     """Prompt + completion tokens of this choice."""
     conversation: tuple[Any, ...] | None
-    """Normalised chat messages of the request plus this choice's answer (chat calls only)."""
+    """The request's messages plus this choice's answer, compared canonically
+    (``gateway.call.turns``; chat calls only): for drift detection."""
     event_id: str = ""
     """Its ModelResponse's event id, for a call read from the log (so a void can drop it)."""
+    prompt_len: int = 0
+    """Where the prompt ends in ``sequence``."""
+    turns: tuple[Any, ...] | None = None
+    """The request's messages plus this choice's answer, exactly as sent: a call whose
+    messages begin with these extends its tokens (``gateway.call.prompts``)."""
+    render_key: str = ""
+    """The tools and template kwargs it was rendered with (``gateway.call.turns``)."""
 
 
 @dataclass(frozen=True)
@@ -58,16 +67,21 @@ class CallInput:
     """As sent (None: the engine's default), recorded beside the value used."""
     top_p: float | None
     conversation: tuple[Any, ...] | None
-    """Normalised chat messages (chat calls), for drift detection."""
+    """The chat messages compared canonically (chat calls), for drift detection."""
     offered_tools: frozenset[str] | None = None
     """The tool names the request offered; None when its completions are not read for tool
     calls (no tools, tool_choice none, or the completions endpoint)."""
+    tools: list[dict[str, Any]] | None = None
+    """The tools themselves, when they are read (the parser reads arguments by their types)."""
     tool_results: tuple[ToolResult, ...] = ()
     """The tool messages it sends back (``gateway.call.tool_calls.new_tool_results``)."""
     max_tokens_asked: int | None = None
     """What the client asked for, when ``params.max_tokens`` was lowered to fit the context."""
     constraint: str | None = None
     """What constrained decoding holds the completion to (``ModelRequest.constraint``)."""
+    turns: tuple[Any, ...] | None = None
+    """The chat messages exactly as sent (``gateway.call.turns``)."""
+    render_key: str = ""
 
 
 @dataclass(frozen=True)
@@ -80,21 +94,6 @@ class RecordedCall:
     """The new parent candidates, one per choice."""
     completions: list[ParsedCompletion]
     """Each choice with its tool calls parsed: the agent is answered with these."""
-
-
-def normalise_message(message: dict[str, Any]) -> tuple[Any, ...]:
-    """What of a chat message the model sees: role, text, tool calls (ids dropped)."""
-    content = message.get("content")
-    if isinstance(content, list):
-        content = "".join(
-            str(p["text"]) for p in content if isinstance(p, dict) and p.get("text") is not None
-        )
-    calls = []
-    for call in message.get("tool_calls") or ():
-        function = call.get("function") if isinstance(call, dict) else None
-        function = function if isinstance(function, dict) else {}
-        calls.append((function.get("name"), function.get("arguments")))
-    return (message.get("role"), content or "", tuple(calls))
 
 
 def encode_prompt_delta(
@@ -123,6 +122,7 @@ def encode_prompt_delta(
 def record_call(
     call: CallInput,
     generations: Sequence[Generation],
+    completions: Sequence[ParsedCompletion],
     recent: Iterable[CallRecord],
     latency_ms: float,
 ) -> RecordedCall:
@@ -150,12 +150,6 @@ def record_call(
     )
     events: list[Event] = [request]
     parents = []
-    completions = [
-        plain_completion(g.text)
-        if call.offered_tools is None
-        else parse_completion(g.text, call.offered_tools)
-        for g in generations
-    ]
     for i, (g, parsed) in enumerate(zip(generations, completions, strict=True)):
         events.append(
             ModelResponse(
@@ -170,15 +164,17 @@ def record_call(
                 tool_calls=parsed.recorded,
             )
         )
-        answer = None
+        read = call.offered_tools is not None
+        answer = turns = None
         if call.conversation is not None:
-            # As a chat template renders it back: tool calls apart from the text, offered or not.
-            as_sent = parsed if call.offered_tools is not None else parse_completion(g.text)
-            message = {"role": "assistant", "content": as_sent.content, "tool_calls": as_sent.calls}
-            answer = (*call.conversation, normalise_message(message))
+            answer = (*call.conversation, answered_turn(parsed, read, canonical=True))
+        if call.turns is not None:
+            turns = (*call.turns, answered_turn(parsed, read))
         sequence = np.concatenate([call.prompt, g.token_ids])
-        parents.append(CallRecord(call_id, i, sequence, answer))
-    return RecordedCall(call_id, events, delta, parents, completions)
+        prompt_len = int(call.prompt.shape[0])
+        parents.append(CallRecord(call_id, i, sequence, answer, prompt_len=prompt_len,
+                                  turns=turns, render_key=call.render_key))  # fmt: skip
+    return RecordedCall(call_id, events, delta, parents, list(completions))
 
 
 def envelopes(

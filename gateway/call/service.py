@@ -26,6 +26,7 @@ from gateway.call.domain_mix import DomainMix
 from gateway.call.event_log import EventSink
 from gateway.call.limits import GenerationLimiter
 from gateway.call.recorder import CallInput, envelopes, record_call
+from gateway.call.rendering import Renderer, TemplateRenderer
 from gateway.call.rollouts import Rollout, RolloutRegistry, StepProgress, key_hash
 from gateway.call.tool_calls import ParsedCompletion, plain_completion
 from gateway.call.truncation import truncation_reason
@@ -77,11 +78,14 @@ class RolloutService:
         events: EventSink,
         metrics: GatewayMetrics,
         domains: Mapping[str, Domain] | None = None,
+        renderer: Renderer | None = None,
     ) -> None:
         """``domains``: the pipeline file's (``schemas.pipeline_file``); without one, the
         ``default`` domain alone, which never truncates."""
         self.settings = settings
         self.engine = engine
+        self.renderer = renderer or TemplateRenderer(engine.tokenizer)
+        """The policy's format: parses what a chat call generated (``gateway.call.rendering``)."""
         self.events = events
         self.metrics = metrics
         self.domains = dict(domains or PipelineFile().resolved_domains())
@@ -303,7 +307,8 @@ class RolloutService:
         ):
             generations = await self.engine.generate(call.prompt.tolist(), call.params)
         latency_ms = (time.perf_counter() - started) * 1000
-        recorded = record_call(call, generations, rollout.recent, latency_ms)
+        completions = [self._read(call, g) for g in generations]
+        recorded = record_call(call, generations, completions, rollout.recent, latency_ms)
         produce_started = time.perf_counter()
         await self._append(rollout, recorded.events)
         self.metrics.produce_latency.observe(time.perf_counter() - produce_started)
@@ -324,6 +329,12 @@ class RolloutService:
             except EventLogUnavailableError:
                 log.warning("could not truncate %s yet", rollout.rollout_id)
         return AnsweredCall(recorded.call_id, generations, recorded.completions)
+
+    def _read(self, call: CallInput, generation: Generation) -> ParsedCompletion:
+        """A chat call's completion parsed in the policy's format; a plain one as text."""
+        if call.conversation is None:
+            return plain_completion(generation.text)
+        return self.renderer.parse(generation.token_ids.tolist(), call.prompt.tolist(), call.tools)
 
     async def on_policy(self, update: PolicyUpdated) -> None:
         await self.engine.load_policy(update.version, update.checkpoint_uri)

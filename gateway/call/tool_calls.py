@@ -32,6 +32,8 @@ class ParsedCompletion:
     """The well-formed calls in OpenAI's ``tool_calls`` shape."""
     recorded: list[ToolCall]
     """Every call, malformed ones included, as the log records it."""
+    reasoning: str | None = None
+    """What the model reasoned before its answer (a ``<think>`` block), apart from it."""
 
 
 def parse_completion(text: str, offered: frozenset[str] = frozenset()) -> ParsedCompletion:
@@ -66,6 +68,18 @@ def parse_completion(text: str, offered: frozenset[str] = frozenset()) -> Parsed
     if not calls:
         return ParsedCompletion(text, [], recorded)
     return ParsedCompletion(rest.strip() or None, calls, recorded)
+
+
+THINK_END = "</think>"
+
+
+def split_reasoning(text: str) -> tuple[str | None, str]:
+    """(reasoning, the rest) of a completion's text: what comes before ``</think>`` (an opening
+    ``<think>`` dropped) is reasoning; without it there is none."""
+    head, found, rest = text.partition(THINK_END)
+    if not found:
+        return None, text
+    return head.removeprefix("<think>").strip("\n") or None, rest.lstrip("\n")
 
 
 def plain_completion(text: str) -> ParsedCompletion:

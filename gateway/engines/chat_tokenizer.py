@@ -92,6 +92,11 @@ class ChatTokenizer:
             i for i in (self.eos_token_id, *_generation_eos_ids(model_dir)) if i is not None
         )
 
+    def special_vocabulary(self) -> frozenset[str]:
+        """The tokens the vocabulary holds whole (added and special tokens): what tells a
+        model family's format apart (``gateway.call.families``)."""
+        return frozenset(t.content for t in self.backend.get_added_tokens_decoder().values())
+
     def _id(self, token: str | None) -> int | None:
         return self.backend.token_to_id(token) if token else None
 

@@ -2,19 +2,29 @@
 
 from __future__ import annotations
 
-DOMAINS_SQL = """SELECT domain, count() AS rollouts, round(avg(total_reward), 4) AS mean_reward,
-       round(countIf(outcome_reward > 0) / greatest(countIf(outcome_reward IS NOT NULL), 1), 3)
-         AS solved_share,
-       countIf(status = 'truncated') AS truncated, countIf(status = 'aborted') AS aborted,
-       countIf(staleness >= 0) AS trained,
-       round(countIf(staleness >= 0) / greatest((SELECT countIf(staleness >= 0)
-                                                 FROM rollouts FINAL), 1), 3) AS trained_share,
-       round(avgIf(staleness, staleness >= 0), 2) AS mean_staleness,
-       countIf(group_reward_spread = 0) AS no_signal
-FROM rollouts FINAL GROUP BY domain ORDER BY domain"""
+DOMAINS_SQL = """SELECT domain, rollouts, mean_reward, solved_share, truncated, aborted, trained,
+       trained_share, mean_staleness, no_signal, calls, drift
+FROM (SELECT domain, count() AS rollouts, round(avg(total_reward), 4) AS mean_reward,
+        round(countIf(outcome_reward > 0) / greatest(countIf(outcome_reward IS NOT NULL), 1), 3)
+          AS solved_share,
+        countIf(status = 'truncated') AS truncated, countIf(status = 'aborted') AS aborted,
+        countIf(staleness >= 0) AS trained,
+        round(countIf(staleness >= 0) / greatest((SELECT countIf(staleness >= 0)
+                                                  FROM rollouts FINAL), 1), 3) AS trained_share,
+        round(avgIf(staleness, staleness >= 0), 2) AS mean_staleness,
+        countIf(group_reward_spread = 0) AS no_signal
+      FROM rollouts FINAL GROUP BY domain) AS per_domain
+LEFT JOIN (SELECT r.domain AS domain, count() AS calls,
+                  countIf(k.retokenization_drift = 1) AS drift
+           FROM (SELECT DISTINCT call_id, rollout_id, retokenization_drift FROM calls FINAL) AS k
+           INNER JOIN (SELECT rollout_id, domain FROM rollouts FINAL) AS r USING rollout_id
+           GROUP BY r.domain) AS per_domain_calls USING domain
+ORDER BY domain"""
 """Per domain: ``trained_share`` is its share of the rollouts consumed by the trainer (the mix
 admission steers); ``no_signal`` counts rollouts whose group's rewards were all equal (left out
-of training under ``drop_uniform_groups``)."""
+of training under ``drop_uniform_groups``); ``drift`` counts the model calls whose prompt did
+not extend an earlier call's tokens although its messages did (``retokenization_drift``), of
+``calls``."""
 
 REPORTS: dict[str, tuple[str, str]] = {
     "rewards": (

@@ -13,9 +13,13 @@ import openai
 import pytest
 
 from gateway.app import create_app
+from gateway.call.rendering import build_renderer
 from gateway.config import GatewaySettings
+from gateway.engines.chat_tokenizer import ChatTokenizer
 from gateway.engines.embedded_engine import EmbeddedEngine
 from infra.tiny_model import save_tiny_policy
+from tests.family_tokenizers import save_family_tokenizer
+from tests.family_turns import NAMES
 from tests.memory_event_log import MemoryEventLog
 
 ADMIN_KEY = "unit-admin-key-0123456789"
@@ -67,3 +71,13 @@ async def app_under_test(model_dir, **overrides: Any) -> AsyncIterator[AppUnderT
 async def gw(tiny_policy) -> AsyncIterator[AppUnderTest]:
     async with app_under_test(tiny_policy) as running:
         yield running
+
+
+@pytest.fixture(scope="package", params=NAMES)
+def family(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory):
+    """(name, tokenizer, renderer, note) of each family, on a local tokenizer carrying its
+    special tokens (``tests.family_tokenizers``), its renderer as the gateway builds it."""
+    directory = save_family_tokenizer(tmp_path_factory.mktemp(request.param), request.param)
+    tokenizer = ChatTokenizer(directory)
+    renderer, note = build_renderer(tokenizer, "auto")
+    return request.param, tokenizer, renderer, note

@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import json
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 import httpx
+import numpy as np
 import pytest
 
 from gateway.app import create_app
@@ -35,13 +37,22 @@ MALFORMED = "<tool_call>{search q}</tool_call>"
 
 
 class ScriptedEngine(EmbeddedEngine):
-    """The tiny engine's tokens, with the text each call answers taken from a script."""
+    """The tiny engine's answers, each taken from a script: its text, as the tokens a model
+    would sample for it (special tokens whole) and the turn's end."""
 
     script: Iterator[str] = iter(())
 
     async def generate(self, prompt: list[int], params: SamplingParams) -> list[Generation]:
         generations = await super().generate(prompt, params)
-        return [dataclasses.replace(g, text=next(self.script)) for g in generations]
+        return [self._scripted(g, next(self.script)) for g in generations]
+
+    def _scripted(self, generation: Generation, text: str) -> Generation:
+        eos = self.tokenizer.eos_token_id
+        ids = np.asarray([*self.tokenizer.encode(text), eos], dtype=np.int32)
+        logprobs = np.full(ids.shape, -1.0, dtype=np.float32)
+        return dataclasses.replace(
+            generation, text=text, token_ids=ids, logprobs=logprobs, finish_reason="stop"
+        )
 
 
 PIPELINE = PipelineFile.model_validate(
@@ -255,3 +266,28 @@ async def test_signals_sent_with_the_finish_are_stored_with_it_in_one_write(gw):
     assert done.status_code == 200 and writes == [3]
     kinds = [type(e.payload).__name__ for e in log.envelopes(rollout["rollout_id"])]
     assert kinds == ["RolloutStarted", "ProcessSignal", "ProcessSignal", "RolloutFinished"]
+
+
+async def test_reasoning_reaches_the_agent_apart_and_the_sampled_tokens_are_recorded(gw):
+    """Qwen3's ``<think>`` block: ``reasoning_content`` beside the content, first in the stream;
+    the log keeps every sampled token, the reasoning's included."""
+    http, log, engine = gw
+    said = "<think>\nFive halves the range.\n</think>\n\nfive"
+    engine.script = iter([said, said])
+    rollout = (await start(http, domain="math")).json()
+    answer = (await chat(http, rollout, [{"role": "user", "content": "hi"}], tools=None)).json()
+    message = answer["choices"][0]["message"]
+    assert message["reasoning_content"] == "Five halves the range."
+    assert message["content"] == "five"
+    [response] = payloads(log, rollout, ModelResponse)
+    sampled = engine.tokenizer.decode(response.completion_token_ids.tolist())
+    assert sampled == f"{said}<|im_end|>"
+    headers = {"Authorization": f"Bearer {rollout['api_key']}"}
+    body = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "stream": True}
+    streamed = await http.post(f"/rollouts/{rollout['rollout_id']}/v1/chat/completions",
+                               json=body, headers=headers)  # fmt: skip
+    deltas = [json.loads(line[6:])["choices"][0]["delta"]
+              for line in streamed.text.splitlines()
+              if line.startswith("data: {")]  # fmt: skip
+    said_parts = [d for d in deltas if "reasoning_content" in d or d.get("content")]
+    assert said_parts == [{"reasoning_content": "Five halves the range."}, {"content": "five"}]

@@ -12,6 +12,7 @@ import httpx
 
 from gateway.app import create_app
 from gateway.config import GatewaySettings
+from gateway.engines.chat_tokenizer import ChatTokenizer
 from gateway.heap import YOUNG_COLLECTION_EVERY
 from tests.memory_event_log import MemoryEventLog
 from tests.unit.gateway.conftest import ADMIN, ADMIN_KEY
@@ -35,9 +36,18 @@ def test_settling_freezes_the_start_up_heap_and_collects_the_young_less_often():
     assert probe["frozen"] > 10_000  # the imported modules, out of every later collection
 
 
-async def test_on_started_runs_once_after_start_up_and_only_the_entry_point_settles_the_heap():
+def _engine(model_dir) -> FakeEngine:
+    """A fake engine with the tiny policy's tokenizer, which the app renders with."""
+    engine = FakeEngine()
+    engine.tokenizer = ChatTokenizer(model_dir)
+    return engine
+
+
+async def test_on_started_runs_once_after_start_up_and_only_the_entry_point_settles_the_heap(
+    tiny_policy,
+):
     collector = (gc.get_threshold(), gc.get_freeze_count())
-    engine, seen = FakeEngine(), []
+    engine, seen = _engine(tiny_policy), []
     settings = GatewaySettings(admin_key=ADMIN_KEY, port=8000, follow_policy=False)
     app = create_app(
         settings, engine, MemoryEventLog(), on_started=lambda: seen.append(engine.started)
@@ -52,7 +62,7 @@ async def test_on_started_runs_once_after_start_up_and_only_the_entry_point_sett
         created = await http.post("/rollouts", json={"task_id": "t"}, headers=ADMIN)
         assert created.status_code == 200
     assert seen == [True]
-    plain = create_app(settings, FakeEngine(), MemoryEventLog())
+    plain = create_app(settings, _engine(tiny_policy), MemoryEventLog())
     async with plain.router.lifespan_context(plain):
         pass
     assert (gc.get_threshold(), gc.get_freeze_count()) == collector

@@ -89,7 +89,10 @@ async def test_an_engine_that_is_down_is_reported_by_health_and_metrics(gw, monk
     monkeypatch.setattr(type(gw.engine), "available", property(lambda self: False))
     health = await gw.http.get("/health")
     assert health.status_code == 503
-    assert health.json() == {"status": "unavailable", "policy_version": 0, "engine": "down"}
+    assert health.json() == {
+        "status": "unavailable", "policy_version": 0, "engine": "down", "renderer": "qwen3",
+        "renderer_note": "qwen3: detected",
+    }  # fmt: skip
     assert "forge_gateway_engine_up 0.0" in (await gw.http.get("/metrics")).text
     monkeypatch.undo()
     assert (await gw.http.get("/health")).json()["engine"] == "up"

@@ -331,8 +331,10 @@ def test_rewards_mix_and_costs_by_domain(analytics):
         rollout("q1", "gq", "finished", 0, 30, 2, 0.1, "qa", 0.0, 0.0, 0.0),
         rollout("q2", "gq", "finished", 0, 40, -1, 0.1, "qa", 0.0, 0.0, 0.0),
     ]
+    drifted = call("m2", "k4", 1, 10, 10, 0, 5)
+    drifted[0].payload.retokenization_drift = True
     calls = [*call("m1", "k1", 1, 2000, 10, 0, 5), *call("q1", "k2", 1, 6000, 10, 0, 5),
-             *call("gone", "k3", 1, 1000, 10, 0, 5)]  # fmt: skip
+             *call("gone", "k3", 1, 1000, 10, 0, 5), *drifted]  # fmt: skip
     with own_database(analytics):
         ensure_tables(analytics)
         insert_rollouts(analytics, rows)
@@ -349,7 +351,8 @@ def test_rewards_mix_and_costs_by_domain(analytics):
         2.0,
     )
     assert (math["trained_share"], qa["trained_share"]) == (0.667, 0.333)
-    assert costs["math"]["engine_s"] == 2.0 and costs["qa"]["engine_s"] == 6.0
+    assert (math["calls"], math["drift"], qa["calls"], qa["drift"]) == (2, 1, 1, 0)
+    assert costs["math"]["engine_s"] == 2.01 and costs["qa"]["engine_s"] == 6.0
     assert costs["qa"]["waste_engine_s"] == 0.0 and costs[""]["engine_s"] == 1.0
     assert (costs["math"]["consumed"], costs["qa"]["engine_s_per_consumed"]) == (2, 6.0)
 

@@ -277,7 +277,8 @@ def test_a_published_version_loads_in_a_fresh_process_with_the_trainers_logits(t
         got = loaded[name]
         assert got["equal"], (name, got["max_diff"])
         assert got["template"] == expected_template
-        assert got["eos"] is not None and got["generation_eos"] == got["eos"]
+        # generation stops where the tokenizer's turn ends (and, as Qwen3's, at <|endoftext|>)
+        assert got["eos"] is not None and got["eos"] in got["generation_eos"]
         assert got["generated"] == 3
     assert loaded["v1"]["dtype"] == "torch.float32"
     assert loaded["v2"]["dtype"] == loaded["export-latest"]["dtype"] == "torch.bfloat16"
