@@ -21,7 +21,7 @@ from fastapi.telemetry import TelemetryConfig
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from gateway.api import lifecycle, openai_routes
+from gateway.api import lifecycle, messages_routes, openai_routes, responses_routes
 from gateway.api.access_log import AccessLogMiddleware
 from gateway.api.auth import Auth
 from gateway.api.body_limit import BodyLimitMiddleware
@@ -40,6 +40,7 @@ from gateway.errors import (
     HttpStatusError,
     error_response,
     invalid_request,
+    speaks_anthropic,
 )
 from gateway.metrics import GatewayMetrics, MetricsMiddleware
 from schemas.pipeline_file import Domain
@@ -78,28 +79,30 @@ async def prometheus(gateway: GatewayDep) -> Response:
 
 def _install_error_handlers(app: FastAPI) -> None:
     """Each kind of error the app can meet, translated into a GatewayError and answered by
-    ``errors.error_response``."""
+    ``errors.error_response`` in the shape of the dialect its path speaks."""
+
+    def answer(request: Request, exc: GatewayError) -> JSONResponse:
+        return error_response(exc, anthropic=speaks_anthropic(request.url.path))
 
     @app.exception_handler(GatewayError)
     async def gateway_error(request: Request, exc: GatewayError) -> JSONResponse:
-        return error_response(exc)
+        return answer(request, exc)
 
     @app.exception_handler(RequestValidationError)
     async def validation_error(request: Request, exc: RequestValidationError) -> JSONResponse:
-        return error_response(invalid_request(exc.errors()))
+        return answer(request, invalid_request(exc.errors()))
 
     @app.exception_handler(StarletteHTTPException)
     async def http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
         if exc.status_code == 404 and exc.detail == "Not Found":  # no route: not a rollout's 404
-            return error_response(
-                route_not_found(request.method, request.url.path, request.app.openapi()["paths"])
-            )
-        return error_response(HttpStatusError(str(exc.detail), status=exc.status_code))
+            paths = request.app.openapi()["paths"]
+            return answer(request, route_not_found(request.method, request.url.path, paths))
+        return answer(request, HttpStatusError(str(exc.detail), status=exc.status_code))
 
     @app.exception_handler(Exception)
     async def unexpected(request: Request, exc: Exception) -> JSONResponse:
         log.error("unexpected error on %s", request.url.path, exc_info=exc)
-        return error_response(GatewayError(INTERNAL_ERROR))
+        return answer(request, GatewayError(INTERNAL_ERROR))
 
 
 def create_app(
@@ -168,8 +171,9 @@ def create_app(
     )
     # The rollout-prefixed mount first: the base URLs agents are handed use it, and routes are
     # matched in order (the paths of the two mounts never overlap).
-    app.include_router(openai_routes.router, prefix=openai_routes.ROLLOUT_PREFIX)
-    app.include_router(openai_routes.router)
+    for router in (openai_routes.router, messages_routes.router, responses_routes.router):
+        app.include_router(router, prefix=openai_routes.ROLLOUT_PREFIX)
+        app.include_router(router)
     app.include_router(lifecycle.router)
     app.include_router(service_router)
 

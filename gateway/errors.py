@@ -150,11 +150,33 @@ def invalid_request(errors: Sequence[Mapping[str, Any]]) -> InvalidRequestError:
     return InvalidRequestError(message, param=param)
 
 
-def error_response(exc: GatewayError) -> JSONResponse:
-    """The answer to a refused request: OpenAI's error shape with the error's status, and
-    Retry-After when the error says when to retry."""
-    error = {"message": str(exc), "type": exc.error_type, "param": exc.param, "code": None}
-    response = JSONResponse({"error": error}, exc.status)
+def speaks_anthropic(path: str) -> bool:
+    """Whether ``path`` is an Anthropic Messages route, whose clients read Anthropic's errors."""
+    return path.endswith(("/v1/messages", "/v1/messages/count_tokens"))
+
+
+ANTHROPIC_TYPES = {
+    400: "invalid_request_error", 401: "authentication_error", 403: "permission_error",
+    404: "not_found_error", 409: "invalid_request_error", 413: "request_too_large",
+    429: "rate_limit_error", 503: "overloaded_error",
+}  # fmt: skip
+"""Anthropic's error type per status (anything else: ``api_error``)."""
+
+
+def error_response(exc: GatewayError, *, anthropic: bool = False) -> JSONResponse:
+    """The answer to a refused request: OpenAI's error shape with the error's status (or
+    Anthropic's, on its routes), and Retry-After when the error says when to retry. Anthropic's
+    shape names the field in the message, having no ``param``."""
+    if anthropic:
+        message = (
+            f"{exc.param}: {exc}" if exc.param and not str(exc).startswith(exc.param) else str(exc)
+        )
+        kind = ANTHROPIC_TYPES.get(exc.status, "api_error")
+        body: dict[str, Any] = {"type": "error", "error": {"type": kind, "message": message}}
+    else:
+        error = {"message": str(exc), "type": exc.error_type, "param": exc.param, "code": None}
+        body = {"error": error}
+    response = JSONResponse(body, exc.status)
     if exc.retry_after_s is not None:
         response.headers["Retry-After"] = str(exc.retry_after_s)
     return response

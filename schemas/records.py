@@ -72,6 +72,8 @@ class ToolResult(Record):
     schema_name: ClassVar[str] = "forge.ToolResult"
     tool_call_id: str
     content: str
+    is_error: bool = False
+    """Flagged an error by the agent (a dialect's flag; the text is matched besides)."""
 
 
 @dataclass(eq=False, slots=True)
@@ -103,6 +105,7 @@ class ModelRequest(Record):
     n: int = 1
     seed: int | None = None
     tool_results: list[ToolResult] = field(default_factory=list)
+    top_k: int = 0
     max_tokens_asked: int | None = None
     """Set when the gateway lowered max_tokens to fit the context: what was asked."""
     constraint: str | None = None

@@ -4,7 +4,8 @@ The scorer turns them into rewards and the gateway into its truncation decision,
 one rule. Each signal lands on the step of the tool call it concerns:
 - a malformed call (its text did not parse) → ``malformed_call``;
 - a well-formed call of a tool the request did not offer → ``unknown_tool``;
-- a call whose result, sent back by the agent, matches ``error_pattern`` → ``error_result``;
+- a call whose result, sent back by the agent, is flagged an error (Anthropic's ``is_error``)
+  or matches ``error_pattern`` → ``error_result``;
 - otherwise a call whose result is *used*: a completion at or after the step that received the
   result repeats one of the result's words of at least ``used_min_chars`` characters
   (case-insensitive, whole words) → ``used_result``.
@@ -72,7 +73,7 @@ def tool_signals(steps: Sequence[StepTools], rules: ToolRewards) -> list[ToolSig
             if called is None or called >= step or key in answered:
                 continue
             answered.add(key)
-            if error.search(result.content):
+            if result.is_error or error.search(result.content):
                 signals.append(ToolSignal(called, "error_result", rules.error_result))
             elif _used(result.content, steps[step:], rules.used_min_chars):
                 signals.append(ToolSignal(called, "used_result", rules.used_result))

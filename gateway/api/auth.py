@@ -27,10 +27,14 @@ class Auth:
         self.sync = sync
 
     def _token(self, request: Request) -> str:
+        """The bearer key, else Anthropic's ``x-api-key``."""
         scheme, _, token = request.headers.get("authorization", "").partition(" ")
-        if scheme.lower() != "bearer" or not token.strip():
-            raise AuthenticationError("missing bearer API key")
-        return token.strip()
+        if scheme.lower() == "bearer" and token.strip():
+            return token.strip()
+        key = request.headers.get("x-api-key", "").strip()
+        if key:
+            return key
+        raise AuthenticationError("missing API key (Authorization: Bearer, or x-api-key)")
 
     def _is_admin(self, token: str) -> bool:
         return secrets.compare_digest(token.encode(), self._admin_key)

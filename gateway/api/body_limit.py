@@ -12,7 +12,7 @@ import contextlib
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from gateway.errors import BodyTooLargeError, error_response
+from gateway.errors import BodyTooLargeError, error_response, speaks_anthropic
 
 
 class BodyLimitMiddleware:
@@ -57,4 +57,5 @@ class BodyLimitMiddleware:
         return BodyTooLargeError(f"request body exceeds {self.max_bytes} bytes")
 
     async def _refuse(self, scope: Scope, receive: Receive, send: Send) -> None:
-        await error_response(self._too_large())(scope, receive, send)
+        anthropic = speaks_anthropic(scope.get("path", ""))
+        await error_response(self._too_large(), anthropic=anthropic)(scope, receive, send)

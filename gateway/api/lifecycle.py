@@ -26,6 +26,8 @@ async def create_rollout(body: RolloutCreate, gateway: GatewayDep) -> dict[str, 
         "domain": rollout.domain,
         "api_key": api_key,
         "base_url": f"{gateway.settings.public_url}/rollouts/{rollout.rollout_id}/v1",
+        # Anthropic's clients add /v1/messages themselves
+        "anthropic_base_url": f"{gateway.settings.public_url}/rollouts/{rollout.rollout_id}",
     }
 
 

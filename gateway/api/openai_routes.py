@@ -6,17 +6,15 @@ OpenAI's shape by ``responses``."""
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator
 from typing import Any
 
 from fastapi import APIRouter, Depends
-from fastapi.responses import JSONResponse, Response, StreamingResponse
+from fastapi.responses import Response, StreamingResponse
 
 from gateway.api import responses
-from gateway.api.access_log import CALL_ID_HEADER
+from gateway.api.answering import answer_chat, json_answer, stream_answer
 from gateway.api.deps import GatewayDep, RolloutRequest, RolloutRequestDep, require_any_key
 from gateway.api.protocol import ChatCompletionRequest, CompletionRequest, chat_call, text_call
-from gateway.call.call_input import prepare_chat_call
 from gateway.call.recorder import CallInput
 from gateway.call.service import AnsweredCall
 from gateway.engines.chat_tokenizer import ChatTokenizer
@@ -27,14 +25,8 @@ router = APIRouter(prefix="/v1")
 
 
 def _sse(chunks: list[dict[str, Any]], call_id: str) -> StreamingResponse:
-    async def stream() -> AsyncIterator[bytes]:
-        for chunk in chunks:
-            yield f"data: {json.dumps(chunk)}\n\n".encode()
-        yield b"data: [DONE]\n\n"
-
-    return StreamingResponse(
-        stream(), media_type="text/event-stream", headers={CALL_ID_HEADER: call_id}
-    )
+    lines = [f"data: {json.dumps(chunk)}\n\n".encode() for chunk in chunks]
+    return stream_answer([*lines, b"data: [DONE]\n\n"], call_id)
 
 
 def _token_text(tokenizer: ChatTokenizer) -> responses.TokenText:
@@ -44,14 +36,11 @@ def _token_text(tokenizer: ChatTokenizer) -> responses.TokenText:
 async def _answered(
     body: ChatCompletionRequest | CompletionRequest, on: RolloutRequest
 ) -> tuple[CallInput, AnsweredCall]:
-    """Validated, generated and recorded, in one of the bounded slots (429 beyond them)."""
-    gateway, settings = on.gateway, on.gateway.settings
+    if isinstance(body, ChatCompletionRequest):
+        return await answer_chat(chat_call(body), on)
+    gateway = on.gateway
     async with gateway.service.limiter.slot():
-        if isinstance(body, ChatCompletionRequest):
-            chat = chat_call(body)
-            call = await prepare_chat_call(chat, gateway.renderer, settings, on.rollout.recent)
-        else:
-            call = await text_call(body, gateway.tokenizer, settings)
+        call = await text_call(body, gateway.tokenizer, gateway.settings)
         return call, await gateway.service.call(on.rollout, call)
 
 
@@ -70,9 +59,7 @@ async def chat(body: ChatCompletionRequest, on: RolloutRequestDep) -> Response:
     if body.stream:
         stream_usage = usage if body.include_usage else None
         return _sse(responses.chat_chunks(call_id, name, answers, stream_usage), call_id)
-    return JSONResponse(
-        responses.chat_completion(call_id, name, answers, usage), headers={CALL_ID_HEADER: call_id}
-    )
+    return json_answer(responses.chat_completion(call_id, name, answers, usage), call_id)
 
 
 @router.post("/completions")
@@ -87,9 +74,7 @@ async def completions(body: CompletionRequest, on: RolloutRequestDep) -> Respons
     if body.stream:
         stream_usage = usage if body.include_usage else None
         return _sse(responses.text_chunks(call_id, name, choices, stream_usage), call_id)
-    return JSONResponse(
-        responses.text_completion(call_id, name, choices, usage), headers={CALL_ID_HEADER: call_id}
-    )
+    return json_answer(responses.text_completion(call_id, name, choices, usage), call_id)
 
 
 @router.get("/models", dependencies=[Depends(require_any_key)])

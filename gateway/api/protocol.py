@@ -73,8 +73,8 @@ class _Request(_Refusals):
         return value
 
     def sampling(self, max_tokens: int | None, top_logprobs: int | None) -> Sampling:
-        return Sampling(max_tokens, self.temperature, self.top_p, self.n, self.seed,
-                        self.stop_list(), top_logprobs or 0)  # fmt: skip
+        return Sampling(max_tokens, self.temperature, self.top_p, n=self.n, seed=self.seed,
+                        stop=self.stop_list(), top_logprobs=top_logprobs or 0)  # fmt: skip
 
     def stop_list(self) -> tuple[str, ...]:
         if self.stop is None:

@@ -34,6 +34,8 @@ class Sampling:
     max_tokens: int | None = None
     temperature: float | None = None
     top_p: float | None = None
+    top_k: int = 0
+    """Only the k most likely tokens are sampled from (0: all)."""
     n: int = 1
     seed: int | None = None
     stop: tuple[str, ...] = ()
@@ -95,6 +97,7 @@ def _bounded(
         max_tokens=limit,
         temperature=1.0 if sampling.temperature is None else sampling.temperature,
         top_p=1.0 if sampling.top_p is None else sampling.top_p,
+        top_k=sampling.top_k,
         n=sampling.n,
         seed=sampling.seed,
         stop=sampling.stop,
@@ -103,6 +106,18 @@ def _bounded(
     prompt = np.asarray(prompt_ids, dtype=np.int32)
     return CallInput(endpoint, model, prompt, params, sampling.temperature, sampling.top_p,
                      max_tokens_asked=None if limit == asked else asked, **chat)  # fmt: skip
+
+
+async def chat_prompt_ids(
+    chat: ChatCall, renderer: Renderer, recent: Iterable[CallRecord]
+) -> list[int]:
+    """``chat``'s prompt, rendered (or bridged onto the rollout's last turn) off the loop."""
+    base = bridge_base(
+        recent, message_turns(chat.messages), render_key(chat.tools, chat.template_kwargs)
+    )
+    return await asyncio.to_thread(
+        chat_prompt, renderer, chat.messages, chat.tools, chat.template_kwargs, base
+    )
 
 
 async def prepare_chat_call(
@@ -115,10 +130,7 @@ async def prepare_chat_call(
     within the context; a 400 naming the field otherwise."""
     turns = message_turns(chat.messages)
     key = render_key(chat.tools, chat.template_kwargs)
-    base = bridge_base(recent, turns, key)
-    prompt_ids = await asyncio.to_thread(
-        chat_prompt, renderer, chat.messages, chat.tools, chat.template_kwargs, base
-    )
+    prompt_ids = await chat_prompt_ids(chat, renderer, recent)
     read = chat.tools if chat.tools and chat.tools_enabled else None
     return _bounded(
         chat.endpoint, chat.model, prompt_ids, chat.sampling, settings,

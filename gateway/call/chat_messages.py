@@ -8,7 +8,8 @@ role; a part the policy cannot take (an image, audio, a file) is refused with a 
 The other shapes a template would drop are decided here too (docs/running.md lists them):
 ``developer`` is rendered as ``system`` (its meaning in the API); a ``name`` on a system, user
 or assistant message, and the deprecated ``function_call``, are refused; a tool message's
-``name`` and ``tool_call_id`` are kept for the gateway (the call they answer), not rendered.
+``name``, ``tool_call_id`` and ``is_error`` are kept for the gateway (the call they answer, the
+tool-outcome rules), not rendered.
 Dialects (Messages, Responses) translate into this same shape, so the one rendering sees one
 form whatever the agent speaks.
 """
@@ -104,5 +105,7 @@ def render_ready(messages: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
             for key in ("tool_call_id", "name"):
                 if isinstance(message.get(key), str):
                     ready[key] = message[key]
+            if message.get("is_error") is True:  # a dialect's flag, for the tool-outcome rules
+                ready["is_error"] = True
         out.append(ready)
     return out

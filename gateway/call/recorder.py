@@ -141,6 +141,7 @@ def record_call(
         retokenization_drift=delta.drift,
         temperature=call.temperature,
         top_p=call.top_p,
+        top_k=call.params.top_k,
         max_tokens=call.params.max_tokens,
         n=call.params.n,
         seed=call.params.seed,

@@ -106,9 +106,10 @@ def new_tool_results(messages: list[dict[str, Any]]) -> list[ToolResult]:
     for message in messages[last_assistant + 1 :]:
         if message.get("role") == "tool":
             content = _text(message.get("content"))
-            results.append(
-                ToolResult(str(message.get("tool_call_id") or ""), content[:RESULT_CHARS])
-            )
+            results.append(ToolResult(
+                str(message.get("tool_call_id") or ""), content[:RESULT_CHARS],
+                is_error=message.get("is_error") is True,
+            ))  # fmt: skip
     return results
 
 

@@ -49,6 +49,7 @@ class _Row:
     top: list[tuple[tuple[int, float], ...]] = field(default_factory=list)
     finish_reason: str | None = None
     text: str = ""
+    matched_stop: str | None = None
 
 
 def load_model(model_dir: Path) -> Any:
@@ -66,6 +67,9 @@ GREEDY_BELOW = 1e-5
 def _sample(logits: torch.Tensor, params: SamplingParams, gen: torch.Generator | None) -> int:
     if params.temperature < GREEDY_BELOW:
         return int(torch.argmax(logits))
+    if 0 < params.top_k < logits.shape[-1]:
+        kth = torch.topk(logits, params.top_k).values[-1]
+        logits = logits.masked_fill(logits < kth, float("-inf"))
     probs = torch.softmax(logits / params.temperature, dim=-1)
     if params.top_p < 1.0:
         sorted_probs, order = torch.sort(probs, descending=True)
@@ -230,6 +234,7 @@ class EmbeddedEngine:
                     finish_reason=row.finish_reason or "length",
                     policy_version=version,
                     top_logprobs=tuple(row.top) if batch[row.request].params.top_logprobs else None,
+                    matched_stop=row.matched_stop,
                 )
             )
         return results
@@ -243,7 +248,7 @@ class EmbeddedEngine:
         for stop in params.stop:
             at = text.find(stop)
             if at >= 0:
-                row.text, row.finish_reason = text[:at], "stop"
+                row.text, row.finish_reason, row.matched_stop = text[:at], "stop", stop
                 return
         row.text = text
         if len(row.tokens) >= params.max_tokens:

@@ -17,6 +17,8 @@ class SamplingParams:
     max_tokens: int
     temperature: float = 1.0
     top_p: float = 1.0
+    top_k: int = 0
+    """Sample among the k most likely tokens only (0: every token)."""
     n: int = 1
     seed: int | None = None
     stop: tuple[str, ...] = ()
@@ -36,6 +38,8 @@ class Generation:
     policy_version: int
     top_logprobs: tuple[tuple[tuple[int, float], ...], ...] | None = None
     """Per sampled token, the (token id, log-prob) of the most likely tokens, when asked for."""
+    matched_stop: str | None = None
+    """The stop sequence it ended at, when a request's stop string ended it."""
 
 
 @dataclass

@@ -69,6 +69,7 @@ def parse_completion(body: dict[str, Any], version: int, top_k: int = 0) -> list
                 top_logprobs=tuple(_alternatives(t)[:top_k] for t in top)
                 if top_k and top
                 else None,
+                matched_stop=stop if isinstance(stop := choice.get("stop_reason"), str) else None,
             )
         )
     return out
@@ -170,6 +171,7 @@ class VllmEngine:
                 "max_tokens": params.max_tokens,
                 "temperature": params.temperature,
                 "top_p": params.top_p,
+                "top_k": params.top_k if params.top_k > 0 else -1,
                 "n": params.n,
                 "logprobs": params.top_logprobs,
                 "return_token_ids": True,

@@ -4,19 +4,15 @@ sends and gets back, and what the log records."""
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import json
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from typing import Any
 
 import httpx
-import numpy as np
 import pytest
 
 from gateway.app import create_app
 from gateway.config import GatewaySettings
-from gateway.engines.embedded_engine import EmbeddedEngine
-from gateway.engines.engine import Generation, SamplingParams
 from schemas.pipeline_file import PipelineFile, Truncation
 from schemas.records import (
     TRUNCATED,
@@ -28,31 +24,13 @@ from schemas.records import (
     ToolResult,
 )
 from tests.memory_event_log import MemoryEventLog
+from tests.scripted_engine import ScriptedEngine
 from tests.unit.gateway.conftest import ADMIN, ADMIN_KEY
 
 TOOLS = [{"type": "function", "function": {"name": "search", "parameters": {"type": "object"}}}]
 GOOD = '<tool_call>{"name": "search", "arguments": {"q": "x"}}</tool_call>'
 UNKNOWN = '<tool_call>{"name": "rm", "arguments": {}}</tool_call>'
 MALFORMED = "<tool_call>{search q}</tool_call>"
-
-
-class ScriptedEngine(EmbeddedEngine):
-    """The tiny engine's answers, each taken from a script: its text, as the tokens a model
-    would sample for it (special tokens whole) and the turn's end."""
-
-    script: Iterator[str] = iter(())
-
-    async def generate(self, prompt: list[int], params: SamplingParams) -> list[Generation]:
-        generations = await super().generate(prompt, params)
-        return [self._scripted(g, next(self.script)) for g in generations]
-
-    def _scripted(self, generation: Generation, text: str) -> Generation:
-        eos = self.tokenizer.eos_token_id
-        ids = np.asarray([*self.tokenizer.encode(text), eos], dtype=np.int32)
-        logprobs = np.full(ids.shape, -1.0, dtype=np.float32)
-        return dataclasses.replace(
-            generation, text=text, token_ids=ids, logprobs=logprobs, finish_reason="stop"
-        )
 
 
 PIPELINE = PipelineFile.model_validate(

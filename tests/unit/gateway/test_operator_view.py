@@ -33,12 +33,13 @@ async def test_every_request_is_one_access_line_with_its_call_id_and_no_key(gw, 
 
 
 async def test_a_404_names_the_path_and_the_routes_served(gw):
-    response = await gw.http.post("/rollouts/abc/v1/messages?beta=true", headers=ADMIN)
+    response = await gw.http.post("/rollouts/abc/v1/embeddings?x=1", headers=ADMIN)
     assert response.status_code == 404
     error = response.json()["error"]
     assert error["type"] == "invalid_request_error"
-    assert "POST /rollouts/abc/v1/messages" in error["message"]
+    assert "POST /rollouts/abc/v1/embeddings" in error["message"]
     for route in ("POST /v1/chat/completions", "POST /v1/completions", "GET /v1/models",
+                  "POST /v1/messages", "POST /v1/messages/count_tokens", "POST /v1/responses",
                   "POST /rollouts"):  # fmt: skip
         assert route in error["message"]
 

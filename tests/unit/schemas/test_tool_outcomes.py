@@ -32,6 +32,14 @@ def test_an_error_result_costs_at_the_step_of_its_call():
     assert tool_signals(steps, RULES) == [ToolSignal(0, "error_result", -0.05)]
 
 
+def test_a_result_flagged_an_error_costs_as_one_whose_text_says_so():
+    """Anthropic's is_error: the same signal, at the same step, whatever the text."""
+    flagged = StepTools(results=(ToolResult("c1", "exit 2", is_error=True),), completion_text="ok")
+    assert tool_signals([StepTools(calls=(call("c1"),)), flagged], RULES) == [
+        ToolSignal(0, "error_result", -0.05)
+    ]
+
+
 def test_a_result_repeated_by_a_later_completion_is_used():
     steps = [
         StepTools(calls=(call("c1"),), completion_text="let me look"),

@@ -1,0 +1,195 @@
+"""OpenAI Responses requests, validated and translated into the gateway's one chat call
+(pure).
+
+Stateless: ``input`` carries the whole conversation — a string, or items: messages (``input_text``
+/ ``output_text`` parts; roles user, assistant, system, developer), ``function_call`` and
+``function_call_output`` items, and ``reasoning`` items (their text, or what this gateway put in
+``encrypted_content``, becomes the next assistant turn's reasoning). ``instructions`` is a system
+message before it all. A ``previous_response_id`` is refused: the gateway stores no responses
+(``store`` is accepted and changes nothing), so an agent sends the full input, as Codex does.
+Function tools only: a hosted tool (web search, file search, computer use, a namespace of tools)
+cannot be run here and is refused naming it; images and files in input likewise.
+``parallel_tool_calls``, ``include``, ``reasoning``, ``prompt_cache_key`` and ``metadata`` are
+accepted and have no effect.
+"""
+
+from __future__ import annotations
+
+import base64
+from collections.abc import Mapping
+from typing import Annotated, Any
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from gateway.call.call_input import ChatCall, Sampling
+from gateway.call.chat_messages import render_ready
+from gateway.errors import InvalidRequestError, UnsupportedFieldError
+
+Finite = Annotated[float, Field(allow_inf_nan=False)]
+REASONING_MARK = "forge-rl:"
+"""How this gateway's ``encrypted_content`` begins: the reasoning's text, base64, follows."""
+TEXT_PARTS = ("input_text", "output_text", "text", "summary_text", "reasoning_text")
+
+
+class ResponsesRequest(BaseModel):
+    """``POST /v1/responses``."""
+
+    model_config = ConfigDict(extra="allow")
+
+    model: str = Field(min_length=1, max_length=256)
+    input: str | list[dict[str, Any]]
+    instructions: str | None = None
+    tools: list[dict[str, Any]] | None = None
+    tool_choice: str | dict[str, Any] | None = None
+    max_output_tokens: int | None = Field(default=None, ge=1, le=2**31 - 1)
+    temperature: Finite | None = Field(default=None, ge=0, le=2)
+    top_p: Finite | None = Field(default=None, gt=0, le=1)
+    parallel_tool_calls: bool | None = None
+    store: bool | None = None
+    stream: bool = False
+    include: list[str] | None = None
+    reasoning: dict[str, Any] | None = None
+    previous_response_id: str | None = None
+    text: dict[str, Any] | None = None
+
+    @model_validator(mode="after")
+    def _refuse_what_cannot_be_honoured(self) -> ResponsesRequest:
+        if self.previous_response_id:
+            raise UnsupportedFieldError(
+                "previous_response_id",
+                "this gateway stores no responses; send the full conversation as input",
+            )
+        kind = ((self.text or {}).get("format") or {}).get("type", "text")
+        if kind != "text":
+            raise UnsupportedFieldError("text.format", f"{kind!r} output is not constrained")
+        return self
+
+
+def encrypted_reasoning(text: str) -> str:
+    """A reasoning item's ``encrypted_content``: clients keep it opaque and send it back."""
+    return REASONING_MARK + base64.b64encode(text.encode()).decode()
+
+
+def _reasoning_text(item: Mapping[str, Any]) -> str:
+    sealed = item.get("encrypted_content")
+    if isinstance(sealed, str) and sealed.startswith(REASONING_MARK):
+        try:
+            return base64.b64decode(sealed.removeprefix(REASONING_MARK)).decode()
+        except ValueError:
+            return ""
+    parts = [*(item.get("content") or []), *(item.get("summary") or [])]
+    return "\n".join(
+        p["text"] for p in parts if isinstance(p, Mapping) and isinstance(p.get("text"), str)
+    )
+
+
+def _text_of(content: Any, where: str) -> str:
+    if isinstance(content, str):
+        return content
+    if not isinstance(content, list):
+        raise InvalidRequestError("content must be a string or a list of parts", param=where)
+    texts = []
+    for i, part in enumerate(content):
+        kind = part.get("type") if isinstance(part, Mapping) else None
+        if kind not in TEXT_PARTS or not isinstance(part.get("text"), str):
+            raise InvalidRequestError(
+                f"content part type {kind!r} cannot be taken by this policy (text only)",
+                param=f"{where}.{i}.type",
+            )
+        texts.append(part["text"])
+    return "\n".join(texts)
+
+
+def _assistant(out: list[dict[str, Any]]) -> dict[str, Any]:
+    """The assistant message function calls and reasoning join: the last one, if it is still
+    open (no tool result or user turn since), else a new one."""
+    if out and out[-1]["role"] == "assistant":
+        return out[-1]
+    out.append({"role": "assistant", "content": "", "tool_calls": []})
+    return out[-1]
+
+
+def _add_item(out: list[dict[str, Any]], item: Mapping[str, Any], where: str) -> None:
+    kind = item.get("type", "message")
+    if kind == "message":
+        role = item.get("role")
+        text = _text_of(item.get("content"), f"{where}.content")
+        if role == "assistant":
+            turn = _assistant(out)
+            turn["content"] = f"{turn['content']}\n{text}" if turn["content"] else text
+        else:
+            out.append({"role": role, "content": text})
+    elif kind == "function_call":
+        call = {
+            "id": str(item.get("call_id") or ""),
+            "type": "function",
+            "function": {"name": item.get("name"), "arguments": item.get("arguments", "")},
+        }
+        _assistant(out)["tool_calls"].append(call)  # fmt: skip
+    elif kind == "function_call_output":
+        output = _text_of(item.get("output") or "", f"{where}.output")
+        out.append({"role": "tool", "tool_call_id": str(item.get("call_id") or ""),
+                    "content": output})  # fmt: skip
+    elif kind == "reasoning":
+        # Reasoning precedes the message and calls of its turn: it opens that assistant turn.
+        text = _reasoning_text(item)
+        if text:
+            out.append({"role": "assistant", "content": "", "tool_calls": [],
+                        "reasoning_content": text})  # fmt: skip
+    else:
+        raise InvalidRequestError(
+            f"input item type {kind!r} cannot be taken (messages, function calls and their "
+            "outputs, reasoning)",
+            param=f"{where}.type",
+        )
+
+
+def chat_messages(body: ResponsesRequest) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = []
+    if body.instructions:
+        out.append({"role": "system", "content": body.instructions})
+    if isinstance(body.input, str):
+        return [*out, {"role": "user", "content": body.input}]
+    for i, item in enumerate(body.input):
+        if not isinstance(item, Mapping):
+            raise InvalidRequestError("an input item must be an object", param=f"input.{i}")
+        _add_item(out, item, f"input.{i}")
+    return out
+
+
+def chat_tools(body: ResponsesRequest) -> list[dict[str, Any]] | None:
+    """Function tools in Chat Completions' shape; any other tool refused, naming it."""
+    if not body.tools:
+        return None
+    tools = []
+    for i, tool in enumerate(body.tools):
+        if tool.get("type") != "function" or not isinstance(tool.get("name"), str):
+            raise InvalidRequestError(
+                f"tool type {tool.get('type')!r} cannot be run by this gateway (function tools "
+                "only)",
+                param=f"tools.{i}.type",
+            )
+        function = {"name": tool["name"], "description": tool.get("description") or "",
+                    "parameters": tool.get("parameters") or {"type": "object"}}  # fmt: skip
+        tools.append({"type": "function", "function": function})
+    return tools
+
+
+def responses_chat_call(body: ResponsesRequest) -> ChatCall:
+    """A Responses request in the gateway's own terms."""
+    choice = body.tool_choice if body.tool_choice is not None else "auto"
+    if choice not in ("auto", "none"):
+        raise InvalidRequestError(
+            "tool_choice: only 'auto' and 'none': the engine cannot force a tool call",
+            param="tool_choice",
+        )
+    sampling = Sampling(max_tokens=body.max_output_tokens, temperature=body.temperature,
+                        top_p=body.top_p)  # fmt: skip
+    return ChatCall(
+        endpoint="responses",
+        model=body.model,
+        messages=render_ready(chat_messages(body)),
+        tools=chat_tools(body),
+        sampling=sampling,
+        tools_enabled=choice != "none",
+    )
