@@ -1,9 +1,11 @@
-"""Property-based fuzz of the gateway's HTTP API (issues #10 and #16): hostile requests to the
-model endpoints (both mounts) and the lifecycle endpoints, from extreme-but-well-formed JSON
+"""Property-based fuzz of the gateway's HTTP API (issues #10 and #16; the Messages and Responses
+dialects in ``test_fuzz_dialects``): hostile requests to the model endpoints (both mounts) and
+the lifecycle endpoints, from extreme-but-well-formed JSON
 through wrong types to raw and mutated bytes, with every kind of credential.
 
 Whatever arrives, the gateway must answer below 500 (a 503 or 429 cannot happen here: the log
-never fails and nothing queues), in OpenAI's error shape when it refuses, in strict JSON, and
+never fails and nothing queues), in OpenAI's (or, on its routes, Anthropic's) error shape when
+it refuses, in strict JSON, and
 without leaking a key; and its log must hold only what the trainer can use: every event decodes,
 every float is finite, every id is in the vocabulary, a refusal leaves no event, and an answered
 call leaves exactly its ModelRequest and one ModelResponse per choice, for the rollout the caller
@@ -35,6 +37,7 @@ from hypothesis import strategies as st
 
 from gateway.api.protocol import INT64_MAX, INT64_MIN, MAX_ABS_REWARD, MAX_CHOICES
 from gateway.call.recorder import envelopes
+from gateway.errors import speaks_anthropic
 from schemas import codec
 from schemas.records import (
     EVENT_KINDS,
@@ -145,8 +148,14 @@ def _strict_json(text: str | bytes) -> Any:
     return json.loads(text, parse_constant=refuse)
 
 
-def check_error_body(response: httpx.Response) -> dict[str, Any]:
+def check_error_body(response: httpx.Response, *, anthropic: bool = False) -> dict[str, Any]:
+    """A refusal in OpenAI's error shape, or Anthropic's on its routes."""
     body = _strict_json(response.content)
+    if anthropic:
+        assert set(body) == {"type", "error"} and body["type"] == "error", body
+        assert set(body["error"]) == {"type", "message"}, body
+        assert isinstance(body["error"]["message"], str) and body["error"]["message"]
+        return dict(body["error"])
     assert set(body) == {"error"}, body
     error = body["error"]
     assert set(error) == {"message", "type", "param", "code"}, error
@@ -194,7 +203,7 @@ async def exchange(
     for secret in (ADMIN_KEY, *secrets):
         assert secret not in response.text, context
     if response.status_code >= 300:
-        check_error_body(response)
+        check_error_body(response, anthropic=speaks_anthropic(path.partition("?")[0]))
         assert added == [] and len(fz.log.queue) == queued_before, context
     elif not response.headers["content-type"].startswith("text/event-stream"):
         _strict_json(response.content)
