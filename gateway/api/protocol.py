@@ -110,13 +110,6 @@ class ChatCompletionRequest(_Request):
 
     @model_validator(mode="after")
     def _refuse_unsupported_chat(self) -> ChatCompletionRequest:
-        kind = (self.response_format or {}).get("type", "text")
-        if kind != "text":
-            raise UnsupportedFieldError("response_format", f"{kind!r} output is not constrained")
-        if self.tool_choice not in (None, "auto", "none"):
-            raise UnsupportedFieldError(
-                "tool_choice", "only 'auto' and 'none': the engine cannot force a tool call"
-            )
         if self.top_logprobs and not self.logprobs:
             raise ValueError("top_logprobs needs logprobs: true")
         return self
@@ -217,8 +210,42 @@ class AbortIn(BaseModel):
 # --- from a model request to a call ----------------------------------------------------------
 
 
+def forced_tool(choice: Any) -> tuple[bool, str | None]:
+    """(forced, the function named) of a Chat Completions ``tool_choice``."""
+    if choice in (None, "auto", "none"):
+        return False, None
+    if choice == "required":
+        return True, None
+    function = choice.get("function") if isinstance(choice, dict) else None
+    named = isinstance(choice, dict) and choice.get("type") == "function"
+    if named and isinstance(function, dict) and isinstance(function.get("name"), str):
+        return True, function["name"]
+    raise InvalidRequestError(
+        "tool_choice must be auto, none, required or {type: function, function: {name}}",
+        param="tool_choice",
+    )
+
+
+def json_output(response_format: dict[str, Any] | None) -> tuple[bool, Any]:
+    """(JSON asked, its schema) of a Chat Completions ``response_format``."""
+    kind = (response_format or {}).get("type", "text")
+    if kind == "text":
+        return False, None
+    if kind == "json_object":
+        return True, None
+    spec = (response_format or {}).get("json_schema")
+    if kind == "json_schema" and isinstance(spec, dict) and isinstance(spec.get("schema"), dict):
+        return True, spec["schema"]
+    raise InvalidRequestError(
+        "response_format must be text, json_object, or json_schema with json_schema.schema",
+        param="response_format",
+    )
+
+
 def chat_call(body: ChatCompletionRequest) -> ChatCall:
     """A Chat Completions request in the gateway's own terms."""
+    forced, name = forced_tool(body.tool_choice)
+    as_json, schema = json_output(body.response_format)
     return ChatCall(
         endpoint="chat.completions",
         model=body.model,
@@ -227,6 +254,10 @@ def chat_call(body: ChatCompletionRequest) -> ChatCall:
         sampling=body.sampling(body.token_limit(), body.top_k),
         tools_enabled=body.tools_enabled,
         template_kwargs=body.chat_template_kwargs or {},
+        forced_tool=forced,
+        tool_name=name,
+        json_output=as_json,
+        json_schema=schema,
     )
 
 

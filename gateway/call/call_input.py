@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 
+from gateway.call.constraints import Constraint, json_constraint, tool_call_constraint
 from gateway.call.prompts import bridge_base, chat_prompt
 from gateway.call.recorder import CallInput, CallRecord
 from gateway.call.rendering import Renderer
@@ -57,6 +58,30 @@ class ChatCall:
     tools_enabled: bool = True
     """False for tool_choice none: completions are not read for calls."""
     template_kwargs: Mapping[str, Any] = field(default_factory=dict)
+    forced_tool: bool = False
+    """tool_choice required (or named): the completion is one call
+    (``gateway.call.constraints``)."""
+    tool_name: str | None = None
+    """The function a named tool_choice names."""
+    json_output: bool = False
+    """response_format json_object or json_schema: the completion is one JSON value."""
+    json_schema: Any = None
+    """The schema of json_schema (None: any JSON object)."""
+    format_param: str = "response_format"
+    """The dialect's name of the field that asked for the JSON output (for a 400)."""
+
+
+def constraint_of(chat: ChatCall, family: str) -> Constraint | None:
+    """What ``chat`` holds its completion to in ``family``'s format, if anything."""
+    if chat.forced_tool and chat.json_output:
+        raise InvalidRequestError(
+            "a forced tool call and a JSON output format exclude each other", param="tool_choice"
+        )
+    if chat.forced_tool:
+        return tool_call_constraint(family, chat.tools or [], chat.tool_name)
+    if chat.json_output:
+        return json_constraint(family, chat.json_schema, chat.format_param)
+    return None
 
 
 def fitted_max_tokens(prompt_len: int, asked: int, settings: GatewaySettings) -> int:
@@ -89,6 +114,7 @@ def _bounded(
     prompt_ids: Sequence[int],
     sampling: Sampling,
     settings: GatewaySettings,
+    constraint: Constraint | None = None,
     **chat: Any,
 ) -> CallInput:
     asked = sampling.max_tokens or settings.default_max_tokens
@@ -102,10 +128,13 @@ def _bounded(
         seed=sampling.seed,
         stop=sampling.stop,
         top_logprobs=sampling.top_logprobs,
+        constraint=None if constraint is None else constraint.structural_tag,
     )
     prompt = np.asarray(prompt_ids, dtype=np.int32)
     return CallInput(endpoint, model, prompt, params, sampling.temperature, sampling.top_p,
-                     max_tokens_asked=None if limit == asked else asked, **chat)  # fmt: skip
+                     max_tokens_asked=None if limit == asked else asked,
+                     constraint=None if constraint is None else constraint.kind,
+                     **chat)  # fmt: skip
 
 
 async def chat_prompt_ids(
@@ -130,6 +159,7 @@ async def prepare_chat_call(
     within the context; a 400 naming the field otherwise."""
     turns = message_turns(chat.messages)
     key = render_key(chat.tools, chat.template_kwargs)
+    constraint = constraint_of(chat, renderer.family)
     prompt_ids = await chat_prompt_ids(chat, renderer, recent)
     read = chat.tools if chat.tools and chat.tools_enabled else None
     return _bounded(
@@ -137,7 +167,7 @@ async def prepare_chat_call(
         conversation=message_turns(chat.messages, canonical=True),
         offered_tools=None if read is None else offered_tools(read), tools=read,
         tool_results=tuple(new_tool_results(chat.messages)),
-        turns=turns, render_key=key,
+        turns=turns, render_key=key, constraint=constraint,
     )  # fmt: skip
 
 

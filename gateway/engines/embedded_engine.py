@@ -1,9 +1,10 @@
 """An in-process transformers engine with asyncio micro-batching (CPU default, tiny models).
 
 Requests arriving within ``batch_wait_ms`` of each other share one batched decode loop (left
-padding, KV cache). Log-probs are those of the raw model distribution, before temperature
-and top-p — the π_old that CISPO's importance ratio needs. New policy weights are swapped in
-between batches, so every generation is produced by exactly one, known policy version.
+padding, KV cache); a constrained row samples under its grammar's mask
+(``gateway.engines.grammar_masks``). Log-probs are those of the raw model distribution, before
+temperature and top-p — the π_old that CISPO's importance ratio needs. New policy weights are
+swapped in between batches, so every generation is produced by exactly one, known policy version.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import torch
 
 from gateway.engines.chat_tokenizer import ChatTokenizer
 from gateway.engines.engine import Generation, PolicyState, SamplingParams
+from gateway.engines.grammar_masks import GrammarMasks
 from gateway.errors import EngineError
 
 log = logging.getLogger(__name__)
@@ -50,6 +52,8 @@ class _Row:
     finish_reason: str | None = None
     text: str = ""
     matched_stop: str | None = None
+    matcher: Any = None
+    """Its constraint's grammar matcher (``gateway.engines.grammar_masks``), if it has one."""
 
 
 def load_model(model_dir: Path) -> Any:
@@ -93,6 +97,8 @@ class EmbeddedEngine:
         self._worker: asyncio.Task[None] | None = None
         self.eos_ids = self.tokenizer.eos_token_ids
         self.pad_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
+        self._masks: GrammarMasks | None = None
+        """Built at the first constrained call (xgrammar's tokenizer tables take a moment)."""
 
     @property
     def policy_version(self) -> int:
@@ -178,15 +184,8 @@ class EmbeddedEngine:
     @torch.no_grad()
     def _generate_batch(self, batch: list[_Pending]) -> list[list[Generation]]:
         version = self.policy.version
-        rows: list[_Row] = []
-        prompts: list[list[int]] = []
-        for r, item in enumerate(batch):
-            for choice in range(item.params.n):
-                gen = None
-                if item.params.seed is not None:
-                    gen = torch.Generator().manual_seed(item.params.seed + choice)
-                rows.append(_Row(r, choice, gen))
-                prompts.append(item.prompt_ids)
+        rows = self._rows(batch)
+        prompts = [batch[row.request].prompt_ids for row in rows]
         width = max(len(p) for p in prompts)
         ids = torch.full((len(rows), width), self.pad_id, dtype=torch.long)
         mask = torch.zeros((len(rows), width), dtype=torch.long)
@@ -198,20 +197,7 @@ class EmbeddedEngine:
         cache, logits = out.past_key_values, out.logits[:, -1]
         max_new = max(batch[row.request].params.max_tokens for row in rows)
         for _ in range(max_new):
-            logp = torch.log_softmax(logits.float(), dim=-1)
-            next_ids = torch.full((len(rows),), self.pad_id, dtype=torch.long)
-            for i, row in enumerate(rows):
-                if row.finish_reason is not None:
-                    continue
-                params = batch[row.request].params
-                token = _sample(logits[i].float(), params, row.generator)
-                row.tokens.append(token)
-                row.logprobs.append(float(logp[i, token]))
-                if params.top_logprobs:
-                    values, ids = torch.topk(logp[i], params.top_logprobs)
-                    row.top.append(tuple(zip(ids.tolist(), values.tolist(), strict=True)))
-                next_ids[i] = token
-                self._check_finished(row, params)
+            next_ids = self._step(batch, rows, logits)
             if all(row.finish_reason is not None for row in rows):
                 break
             mask = torch.cat([mask, torch.ones((len(rows), 1), dtype=torch.long)], dim=1)
@@ -224,6 +210,54 @@ class EmbeddedEngine:
                 use_cache=True,
             )
             cache, logits = out.past_key_values, out.logits[:, -1]
+        return self._results(batch, rows, version)
+
+    def _rows(self, batch: list[_Pending]) -> list[_Row]:
+        """One row per choice of each request, with its seeded generator and its matcher."""
+        rows = []
+        for r, item in enumerate(batch):
+            for choice in range(item.params.n):
+                gen = None
+                if item.params.seed is not None:
+                    gen = torch.Generator().manual_seed(item.params.seed + choice)
+                matcher = None
+                if item.params.constraint is not None:
+                    matcher = self._grammar_masks().matcher(item.params.constraint)
+                rows.append(_Row(r, choice, gen, matcher=matcher))
+        return rows
+
+    def _grammar_masks(self) -> GrammarMasks:
+        if self._masks is None:
+            self._masks = GrammarMasks(self.tokenizer, int(self.model.config.vocab_size))
+        return self._masks
+
+    def _step(self, batch: list[_Pending], rows: list[_Row], logits: torch.Tensor) -> torch.Tensor:
+        """Each open row's next token, sampled under its mask (if any); recorded with the
+        unmasked policy's log-prob."""
+        logp = torch.log_softmax(logits.float(), dim=-1)
+        next_ids = torch.full((len(rows),), self.pad_id, dtype=torch.long)
+        for i, row in enumerate(rows):
+            if row.finish_reason is not None:
+                continue
+            params = batch[row.request].params
+            scores = logits[i].float()
+            if row.matcher is not None:
+                scores = self._grammar_masks().masked(scores, row.matcher)
+            token = _sample(scores, params, row.generator)
+            if row.matcher is not None and not row.matcher.accept_token(token):
+                raise EngineError("the constrained sampler took a token its grammar refuses")
+            row.tokens.append(token)
+            row.logprobs.append(float(logp[i, token]))
+            if params.top_logprobs:
+                values, top_ids = torch.topk(logp[i], params.top_logprobs)
+                row.top.append(tuple(zip(top_ids.tolist(), values.tolist(), strict=True)))
+            next_ids[i] = token
+            self._check_finished(row, params)
+        return next_ids
+
+    def _results(
+        self, batch: list[_Pending], rows: list[_Row], version: int
+    ) -> list[list[Generation]]:
         results: list[list[Generation]] = [[] for _ in batch]
         for row in rows:
             results[row.request].append(

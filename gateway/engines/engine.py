@@ -24,6 +24,9 @@ class SamplingParams:
     stop: tuple[str, ...] = ()
     top_logprobs: int = 0
     """Most likely alternatives to report per sampled token (0: none)."""
+    constraint: str | None = None
+    """An xgrammar structural tag the completion must match (``gateway.call.constraints``):
+    sampled under its token mask; the log-probs recorded stay the unmasked policy's."""
 
 
 @dataclass(frozen=True)

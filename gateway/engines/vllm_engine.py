@@ -182,6 +182,8 @@ class VllmEngine:
                 payload["seed"] = params.seed
             if params.stop:
                 payload["stop"] = list(params.stop)
+            if params.constraint is not None:  # xgrammar, vLLM's backend, as the embedded engine
+                payload["structured_outputs"] = {"structural_tag": params.constraint}
             try:
                 response = await self.client.post("/v1/completions", json=payload)
             except httpx.HTTPError as exc:

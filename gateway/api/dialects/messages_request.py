@@ -19,11 +19,11 @@ import json
 from collections.abc import Mapping
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field
 
 from gateway.call.call_input import ChatCall, Sampling
 from gateway.call.chat_messages import render_ready
-from gateway.errors import InvalidRequestError, UnsupportedFieldError
+from gateway.errors import InvalidRequestError
 
 Finite = Annotated[float, Field(allow_inf_nan=False)]
 StopText = Annotated[str, Field(min_length=1, max_length=256)]
@@ -74,12 +74,6 @@ class MessagesRequest(BaseModel):
     metadata: dict[str, Any] | None = None
     thinking: dict[str, Any] | None = None
     output_config: dict[str, Any] | None = None
-
-    @model_validator(mode="after")
-    def _no_output_format(self) -> MessagesRequest:
-        if (self.output_config or {}).get("format") is not None:
-            raise UnsupportedFieldError("output_config.format", "the output is not constrained")
-        return self
 
 
 def _text_blocks(blocks: Any, where: str) -> str:
@@ -181,11 +175,10 @@ def chat_tools(body: MessagesRequest) -> list[dict[str, Any]] | None:
 def messages_chat_call(body: MessagesRequest) -> ChatCall:
     """A Messages request in the gateway's own terms."""
     choice = body.tool_choice.type if body.tool_choice is not None else "auto"
-    if choice in ("any", "tool"):
-        raise InvalidRequestError(
-            f"tool_choice {choice!r} is not supported: the engine cannot force a tool call",
-            param="tool_choice",
-        )
+    name = body.tool_choice.name if body.tool_choice is not None else None
+    if choice == "tool" and not name:
+        raise InvalidRequestError("tool_choice type tool needs a name", param="tool_choice")
+    as_json, schema = _output_format(body)
     sampling = Sampling(
         max_tokens=body.max_tokens or None,
         temperature=body.temperature,
@@ -200,4 +193,24 @@ def messages_chat_call(body: MessagesRequest) -> ChatCall:
         tools=chat_tools(body),
         sampling=sampling,
         tools_enabled=choice != "none",
+        forced_tool=choice in ("any", "tool"),
+        tool_name=name if choice == "tool" else None,
+        json_output=as_json,
+        json_schema=schema,
+        format_param="output_config.format",
+    )
+
+
+def _output_format(body: MessagesRequest) -> tuple[bool, Any]:
+    """(JSON asked, its schema) of ``output_config.format`` (``{type: json_schema, schema}``)."""
+    spec = (body.output_config or {}).get("format")
+    if spec is None:
+        return False, None
+    if isinstance(spec, dict) and spec.get("type") == "json_schema":
+        schema = spec.get("schema")
+        if isinstance(schema, dict):
+            return True, schema
+    raise InvalidRequestError(
+        "output_config.format must be {type: json_schema, schema: {...}}",
+        param="output_config.format",
     )

@@ -59,9 +59,6 @@ class ResponsesRequest(BaseModel):
                 "previous_response_id",
                 "this gateway stores no responses; send the full conversation as input",
             )
-        kind = ((self.text or {}).get("format") or {}).get("type", "text")
-        if kind != "text":
-            raise UnsupportedFieldError("text.format", f"{kind!r} output is not constrained")
         return self
 
 
@@ -178,11 +175,8 @@ def chat_tools(body: ResponsesRequest) -> list[dict[str, Any]] | None:
 def responses_chat_call(body: ResponsesRequest) -> ChatCall:
     """A Responses request in the gateway's own terms."""
     choice = body.tool_choice if body.tool_choice is not None else "auto"
-    if choice not in ("auto", "none"):
-        raise InvalidRequestError(
-            "tool_choice: only 'auto' and 'none': the engine cannot force a tool call",
-            param="tool_choice",
-        )
+    forced, name = _forced_tool(choice)
+    as_json, schema = _text_format(body)
     sampling = Sampling(max_tokens=body.max_output_tokens, temperature=body.temperature,
                         top_p=body.top_p)  # fmt: skip
     return ChatCall(
@@ -192,4 +186,39 @@ def responses_chat_call(body: ResponsesRequest) -> ChatCall:
         tools=chat_tools(body),
         sampling=sampling,
         tools_enabled=choice != "none",
+        forced_tool=forced,
+        tool_name=name,
+        json_output=as_json,
+        json_schema=schema,
+        format_param="text.format",
+    )
+
+
+def _forced_tool(choice: Any) -> tuple[bool, str | None]:
+    """(forced, the function named) of a Responses ``tool_choice``."""
+    if choice in ("auto", "none"):
+        return False, None
+    if choice == "required":
+        return True, None
+    named = isinstance(choice, Mapping) and choice.get("type") == "function"
+    if named and isinstance(choice.get("name"), str):
+        return True, choice["name"]
+    raise InvalidRequestError(
+        "tool_choice must be auto, none, required or {type: function, name}", param="tool_choice"
+    )
+
+
+def _text_format(body: ResponsesRequest) -> tuple[bool, Any]:
+    """(JSON asked, its schema) of ``text.format``."""
+    spec = (body.text or {}).get("format") or {"type": "text"}
+    kind = spec.get("type") if isinstance(spec, Mapping) else None
+    if kind == "text":
+        return False, None
+    if kind == "json_object":
+        return True, None
+    if kind == "json_schema" and isinstance(spec.get("schema"), dict):
+        return True, spec["schema"]
+    raise InvalidRequestError(
+        "text.format must be text, json_object, or json_schema with its schema",
+        param="text.format",
     )

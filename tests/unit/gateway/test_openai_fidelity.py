@@ -91,9 +91,9 @@ async def test_unsupported_sampling_is_refused_through_the_sdk(gw):
     rollout = await gw.new_rollout()
     with pytest.raises(openai.BadRequestError) as refused:
         await gw.sdk(rollout).chat.completions.create(
-            model="m", messages=CHAT, max_tokens=2, response_format={"type": "json_object"}
+            model="m", messages=CHAT, max_tokens=2, logit_bias={"5": 10}
         )
-    assert refused.value.body["param"] == "response_format"
+    assert refused.value.body["param"] == "logit_bias"
 
 
 async def test_overload_is_429_with_retry_after(gw):

@@ -39,7 +39,8 @@ BAD_CHAT = [
     ({"stop": ""}, "stop"),
     ({"messages": []}, "messages"),
     ({"messages": [{"role": "wizard", "content": "x"}]}, "messages.0.role"),
-    ({"response_format": {"type": "json_object"}}, "response_format"),
+    ({"response_format": {"type": "json_schema"}}, "response_format"),  # no schema
+    ({"response_format": {"type": "xml"}}, "response_format"),
     ({"logit_bias": {"5": 10}}, "logit_bias"),
     ({"presence_penalty": 0.5}, "presence_penalty"),
     ({"frequency_penalty": math.inf}, "frequency_penalty"),
