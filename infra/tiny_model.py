@@ -89,7 +89,7 @@ def build_model(vocab_size: int, *, seed: int = 0, hidden: int = 128, layers: in
         num_hidden_layers=layers,
         num_attention_heads=4,
         num_key_value_heads=2,
-        max_position_embeddings=4096,
+        max_position_embeddings=65536,  # RoPE: positions cost nothing until used
         tie_word_embeddings=True,
     )
     torch.manual_seed(seed)
