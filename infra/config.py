@@ -8,6 +8,7 @@ import platformdirs
 from pydantic import Field, field_validator
 from pydantic_settings import SettingsConfigDict
 
+from infra.replication import Replication
 from infra.settings import ForgeSettings
 
 
@@ -37,6 +38,18 @@ class InfraSettings(ForgeSettings):
     kafka_connect_timeout_s: float = Field(
         default=15.0, gt=0, description="Bounded wait before an unreachable broker is an error."
     )
+    kafka_replication_factor: int | None = Field(
+        default=None,
+        ge=1,
+        description="Copies of every topic forge-rl creates; default min(3, brokers in the "
+        "cluster). A cluster with fewer brokers is refused at start.",
+    )
+    kafka_min_insync_replicas: int | None = Field(
+        default=None,
+        ge=1,
+        description="min.insync.replicas of every topic forge-rl creates; default the "
+        "replication factor minus one, at least 1.",
+    )
     clickhouse_url: str | None = Field(
         default=None, description="http(s)://user:pass@host:port/db; unset means embedded chDB."
     )
@@ -61,6 +74,10 @@ class InfraSettings(ForgeSettings):
                 if not host or not port.isdigit():
                     raise ValueError("expected host:port[,host:port...]")
         return value
+
+    @property
+    def replication(self) -> Replication:
+        return Replication(self.kafka_replication_factor, self.kafka_min_insync_replicas)
 
     @property
     def chdb_path(self) -> Path:

@@ -17,9 +17,10 @@ import kafka
 import kafka.errors
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka import errors as aiokafka_errors
-from kafka.admin import KafkaAdminClient
+from kafka.admin import ConfigResource, ConfigResourceType, KafkaAdminClient
 
 from infra.partitioner import RememberingPartitioner
+from infra.replication import Replication, TopicFound, shortfalls
 from schemas import codec
 from schemas.errors import BrokerUnavailableError, SchemaError
 from schemas.records import DeadLetter, Record
@@ -61,18 +62,32 @@ def admin_client(bootstrap: str, timeout_s: float) -> KafkaAdminClient:
         ) from exc
 
 
-def ensure_topics(bootstrap: str, specs: tuple[TopicSpec, ...], timeout_s: float) -> list[str]:
-    """Create the topics that do not exist yet; return the names created. Idempotent."""
+def ensure_topics(
+    bootstrap: str,
+    specs: tuple[TopicSpec, ...],
+    timeout_s: float,
+    replication: Replication | None = None,
+) -> list[str]:
+    """Create the topics that do not exist yet, replicated as ``replication`` says on this
+    cluster (default: min(3, brokers) copies, one fewer in sync); return the names created.
+    An existing topic that keeps fewer copies, or has other partitions, is a warning naming it
+    and the remedy. Idempotent."""
     admin = admin_client(bootstrap, timeout_s)
     try:
+        factor, min_insync = (replication or Replication()).resolved(_brokers(admin))
         existing = set(admin.list_topics())
         missing = [spec for spec in specs if spec.name not in existing]
+        for spec in specs:
+            if spec.name in existing:
+                found = _topic_found(admin, spec.name)
+                for warning in shortfalls(found, spec.partitions, factor, min_insync):
+                    log.warning("%s", warning)
         if missing:
             request = {
                 spec.name: {
                     "num_partitions": spec.partitions,
-                    "replication_factor": 1,
-                    "configs": spec.configs,
+                    "replication_factor": factor,
+                    "configs": {**spec.configs, "min.insync.replicas": str(min_insync)},
                 }
                 for spec in missing
             }
@@ -85,6 +100,31 @@ def ensure_topics(bootstrap: str, specs: tuple[TopicSpec, ...], timeout_s: float
         return [spec.name for spec in missing]
     finally:
         admin.close()
+
+
+def cluster_replication(
+    bootstrap: str, timeout_s: float, replication: Replication
+) -> tuple[int, int]:
+    """(factor, min in-sync) ``replication`` resolves to on the cluster at ``bootstrap``."""
+    admin = admin_client(bootstrap, timeout_s)
+    try:
+        return replication.resolved(_brokers(admin))
+    finally:
+        admin.close()
+
+
+def _brokers(admin: KafkaAdminClient) -> int:
+    return len(admin.describe_cluster().get("brokers") or ())
+
+
+def _topic_found(admin: KafkaAdminClient, name: str) -> TopicFound:
+    [topic] = admin.describe_topics([name])
+    partitions = topic.get("partitions") or []
+    factor = min((len(p.get("replica_nodes") or ()) for p in partitions), default=0)
+    resource = ConfigResource(ConfigResourceType.TOPIC, name, configs=["min.insync.replicas"])
+    described = admin.describe_configs([resource], config_filter="all")
+    entry = ((described.get("topic") or {}).get(name) or {}).get("min.insync.replicas") or {}
+    return TopicFound(name, len(partitions), factor, int(entry.get("value") or 1))
 
 
 def durable_producer(bootstrap: str, **overrides: Any) -> AIOKafkaProducer:

@@ -44,7 +44,9 @@ def infra_up(settings: InfraSettings, *, with_analytics: bool = True) -> InfraRe
     else:
         broker = local_broker(settings)
         bootstrap = broker.up().bootstrap
-    created = ensure_topics(bootstrap, ALL_TOPICS, settings.kafka_connect_timeout_s)
+    created = ensure_topics(
+        bootstrap, ALL_TOPICS, settings.kafka_connect_timeout_s, settings.replication
+    )
     if with_analytics:
         client = analytics_client(settings)
         try:

@@ -7,6 +7,9 @@ scripts/setup.sh
 # The real vLLM server's own environment (cached; ~5 min and 6 GB on a fresh machine): the
 # tests marked `vllm` run against it. A failed build fails here, not as skipped tests.
 scripts/setup_vllm.sh >/dev/null
+# The real clients and agent CLIs the conformance suites drive (tests/clients, tests/agents):
+# pinned, from PyPI and npm, cached. A failed install fails here.
+scripts/setup_agents.sh >/dev/null
 VENV=${FORGE_VENV:-.venv}
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
 "$VENV/bin/ruff" format --check .

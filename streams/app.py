@@ -39,7 +39,12 @@ import faust
 from faust.types import TP
 
 from infra.config import InfraSettings
-from infra.kafka_clients import BATCH_BYTES, ensure_topics, topic_partitions
+from infra.kafka_clients import (
+    BATCH_BYTES,
+    cluster_replication,
+    ensure_topics,
+    topic_partitions,
+)
 from infra.metrics_server import StreamsMetrics, serve_metrics
 from infra.partitioner import RememberingPartitioner
 from schemas.errors import ConfigError
@@ -134,6 +139,7 @@ def create_streams_app(
 def _faust_app(
     settings: StreamsSettings, infra: InfraSettings, bootstrap: str, partitions: int
 ) -> faust.App:
+    factor, _ = cluster_replication(bootstrap, infra.kafka_connect_timeout_s, infra.replication)
     app = faust.App(
         settings.app_id,
         broker=f"kafka://{bootstrap}",
@@ -141,7 +147,7 @@ def _faust_app(
         datadir=str(infra.home / "streams"),
         value_serializer="raw",
         key_serializer="raw",
-        topic_replication_factor=1,
+        topic_replication_factor=factor,
         topic_partitions=partitions,
         web_host="127.0.0.1",
         web_bind=settings.web_bind,
@@ -171,7 +177,7 @@ def _ensure_own_topics(
         bootstrap,
         (*internal_topics(settings.app_id, partitions),
          replace(TRAJECTORIES, name=settings.trajectories_topic)),
-        timeout_s=infra.kafka_connect_timeout_s,
+        timeout_s=infra.kafka_connect_timeout_s, replication=infra.replication,
     )  # fmt: skip
     others = other_events_topics(
         bootstrap, watermarks_topic(settings.app_id), settings.events_topic

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import subprocess
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -13,6 +15,8 @@ from infra.config import InfraSettings
 from infra.kafka_clients import ensure_topics
 from infra.lifecycle import infra_up, local_broker
 from schemas.topics import TopicSpec
+
+ROOT = Path(__file__).parents[1]
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
@@ -54,3 +58,14 @@ def fresh_topic(kafka: str):
         return private
 
     return make
+
+
+@pytest.fixture(scope="session")
+def agents_env() -> Path:
+    """The pinned clients' environment; its absence fails with the command that builds it."""
+    built = subprocess.run([str(ROOT / "scripts/setup_agents.sh")], capture_output=True,
+                           text=True, cwd=ROOT)  # fmt: skip
+    if built.returncode != 0:
+        pytest.fail(f"the clients' environment is missing; build it with scripts/setup_agents.sh"
+                    f"\n{built.stderr[-3000:]}")  # fmt: skip
+    return Path(built.stdout.strip().splitlines()[-1])

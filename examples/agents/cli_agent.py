@@ -119,7 +119,8 @@ def opencode(base: str, key: str, prompt: str, home: Path) -> tuple[list[str], d
 def mini(base: str, key: str, prompt: str, home: Path) -> tuple[list[str], dict[str, str]]:
     command = [binary("mini"), "-m", "openai/forge-policy", "-t", prompt, "-y",
                "--exit-immediately", "-c", "mini.yaml",
-               "-c", f"model.model_kwargs.api_base={base}", "-c", f"model.model_kwargs.api_key={key}",
+               "-c", f"model.model_kwargs.api_base={base}",
+               "-c", f"model.model_kwargs.api_key={key}",
                "-c", f"model.model_kwargs.max_tokens={MAX_OUTPUT_TOKENS}",
                "-c", "agent.step_limit=2", "-o", str(home / "trajectory.json")]  # fmt: skip
     return command, {}

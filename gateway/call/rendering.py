@@ -92,8 +92,24 @@ def _call_id() -> str:
     return f"call_{uuid.uuid4().hex[:24]}"
 
 
-def _arguments_text(arguments: Any) -> str:
-    return arguments if isinstance(arguments, str) else json.dumps(arguments, ensure_ascii=False)
+def arguments_as_written(arguments: Any, raw: str) -> str:
+    """A call's arguments as the text the model wrote, where that text is JSON in ``raw`` (the
+    call block): the agent sends back exactly what the model sampled, so a history rendered
+    again reads as the sampled tokens do. Formats that write arguments otherwise (XML
+    parameters) get them as compact JSON, which their templates render from the parsed value."""
+    if isinstance(arguments, str):
+        return arguments
+    decoder = json.JSONDecoder()
+    at = raw.find("{")
+    while at >= 0:
+        try:
+            value, end = decoder.raw_decode(raw, at)
+        except ValueError:
+            value, end = None, at
+        if value == arguments and isinstance(value, dict):
+            return raw[at:end]
+        at = raw.find("{", at + 1)
+    return json.dumps(arguments, ensure_ascii=False)
 
 
 class FamilyRenderer:
@@ -176,7 +192,7 @@ class FamilyRenderer:
                     "type": "function",
                     "function": {
                         "name": attempt.name,
-                        "arguments": _arguments_text(attempt.arguments or {}),
+                        "arguments": arguments_as_written(attempt.arguments or {}, attempt.raw),
                     },
                 }
             )
