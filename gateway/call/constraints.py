@@ -20,7 +20,7 @@ from typing import Any
 from gateway.errors import InvalidRequestError
 
 Format = dict[str, Any]
-WHITESPACE = 2
+WHITESPACE = 1
 """Consecutive whitespace characters a constrained JSON value may hold: a sampler under a mask
 would otherwise spend its tokens on blank space."""
 

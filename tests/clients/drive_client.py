@@ -53,7 +53,7 @@ def openai_sdk(base: str, key: str) -> None:
     chunks = client.chat.completions.create(model=MODEL, messages=asked, max_tokens=8, stream=True)
     say("streamed", text="".join(c.choices[0].delta.content or "" for c in chunks if c.choices))
     called = client.chat.completions.create(model=MODEL, messages=asked, tools=[TOOL],
-                                            tool_choice="required", max_tokens=32)  # fmt: skip
+                                            tool_choice="required", max_tokens=128)  # fmt: skip
     [call] = called.choices[0].message.tool_calls or []
     say("tools", name=call.function.name)
     history = [*asked, called.choices[0].message.model_dump(exclude_none=True),
@@ -62,7 +62,7 @@ def openai_sdk(base: str, key: str) -> None:
                                            max_tokens=8)  # fmt: skip
     say("tool_result", text=after.choices[0].message.content)
     parsed = client.chat.completions.parse(model=MODEL, messages=asked, response_format=Guess,
-                                           max_tokens=32)  # fmt: skip
+                                           max_tokens=128)  # fmt: skip
     say("structured", value=parsed.choices[0].message.parsed.model_dump())
 
 
@@ -76,14 +76,14 @@ def litellm_client(base: str, key: str) -> None:
     chunks = litellm.completion(messages=asked, max_tokens=8, stream=True, **common)
     say("streamed", text="".join(c.choices[0].delta.content or "" for c in chunks))
     called = litellm.completion(messages=asked, tools=[TOOL], tool_choice="required",
-                                max_tokens=32, **common)  # fmt: skip
+                                max_tokens=128, **common)  # fmt: skip
     [call] = called.choices[0].message.tool_calls
     say("tools", name=call.function.name)
     history = [*asked, called.choices[0].message.model_dump(exclude_none=True),
                {"role": "tool", "tool_call_id": call.id, "content": "higher"}]  # fmt: skip
     after = litellm.completion(messages=history, tools=[TOOL], max_tokens=8, **common)
     say("tool_result", text=after.choices[0].message.content)
-    structured = litellm.completion(messages=asked, response_format=Guess, max_tokens=32, **common)
+    structured = litellm.completion(messages=asked, response_format=Guess, max_tokens=128, **common)
     say("structured", value=Guess.model_validate_json(structured.choices[0].message.content)
         .model_dump())  # fmt: skip
 
@@ -97,7 +97,7 @@ def langchain_client(base: str, key: str) -> None:
     say("plain", text=chat.invoke(ASKED).content)
     say("streamed", text="".join(str(c.content) for c in chat.stream(ASKED)))
     guess_tool = tool(guess)
-    calling = ChatOpenAI(model=MODEL, base_url=base, api_key=key, max_tokens=32, max_retries=0)
+    calling = ChatOpenAI(model=MODEL, base_url=base, api_key=key, max_tokens=128, max_retries=0)
     called = calling.bind_tools([guess_tool], tool_choice="required").invoke(ASKED)
     [call] = called.tool_calls
     say("tools", name=call["name"])
@@ -124,7 +124,7 @@ def pydantic_ai_client(base: str, key: str) -> None:
             return "".join([part async for part in run.stream_text(delta=True)])
 
     say("streamed", text=asyncio.run(streamed()))
-    typed = Agent(model, output_type=Guess, model_settings={"max_tokens": 32}, retries=3)
+    typed = Agent(model, output_type=Guess, model_settings={"max_tokens": 128}, retries=3)
     result = typed.run_sync(ASKED)  # output through a tool call (tool_choice required)
     say("structured", value=result.output.model_dump(), tools=True, tool_result=True)
 
@@ -156,19 +156,19 @@ def openai_agents_client(base: str, key: str) -> None:
 
     say("streamed", text=asyncio.run(streamed()))
     tooled = Agent("tools", model=model, tools=[function_tool(guess)],
-                   model_settings=ModelSettings(max_tokens=32, tool_choice="required"),
+                   model_settings=ModelSettings(max_tokens=128, tool_choice="required"),
                    tool_use_behavior="stop_on_first_tool")  # fmt: skip
     result = Runner.run_sync(tooled, ASKED)
     say("tools", name="guess", output=str(result.final_output))
     typed = Agent("structured", model=model, output_type=Guess,
-                  model_settings=ModelSettings(max_tokens=32))  # fmt: skip
+                  model_settings=ModelSettings(max_tokens=128))  # fmt: skip
     say("structured", value=Runner.run_sync(typed, ASKED).final_output.model_dump())
 
 
 def smolagents_client(base: str, key: str) -> None:
     from smolagents import OpenAIServerModel, ToolCallingAgent, tool
 
-    model = OpenAIServerModel(MODEL, api_base=base, api_key=key, max_tokens=32)
+    model = OpenAIServerModel(MODEL, api_base=base, api_key=key, max_tokens=128)
 
     @tool
     def guess_digit(n: int) -> str:

@@ -89,7 +89,7 @@ def test_a_client_library_is_recorded_with_the_prompt_it_sent(gateway, agents_en
     run = subprocess.run([str(agents_env / "python/bin/python"), str(DRIVER), library, base,
                           rollout["api_key"]], capture_output=True, text=True, env=env,
                          timeout=600)  # fmt: skip
-    assert run.returncode == 0, run.stderr[-4000:]
+    assert run.returncode == 0, run.stdout + run.stderr[-4000:]
     steps = [json.loads(line)["step"] for line in run.stdout.splitlines() if line.startswith("{")]
     assert steps == STEPS[library]
     calls = [e for e in proxy.exchanges[before:] if e.call_id and "chat/completions" in e.path]
@@ -103,7 +103,10 @@ def test_a_client_library_is_recorded_with_the_prompt_it_sent(gateway, agents_en
             add_generation_prompt=True, tokenize=False,
         )  # fmt: skip
         recorded = prompts[call.call_id]
-        assert template.decode(recorded) == rendered, (library, call.path)
+        # A turn the model ended with <|endoftext|> (Qwen3 stops at either) is kept as sampled
+        # where the history is bridged; the template closes every turn with <|im_end|>.
+        said = template.decode(recorded).replace("<|endoftext|>", "<|im_end|>")
+        assert said == rendered, (library, call.path)
         if not any(m.get("role") == "assistant" for m in body["messages"]):
             # nothing the model sampled in it: the very ids the template's text encodes to
             ids = template(rendered, add_special_tokens=False)["input_ids"]
