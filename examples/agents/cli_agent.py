@@ -7,8 +7,9 @@ agent (OPENAI_BASE_URL, OPENAI_API_KEY, FORGE_TASK) and prints the echo task's a
         --agent-for echo "python examples/agents/cli_agent.py claude"
 
 The CLI binaries are found on PATH, else where `scripts/setup_agents.sh` installed them (its
-printed directory, or FORGE_AGENTS_ENV). Each CLI is asked for short answers (its output-token
-setting), so a tiny policy's rollout ends in seconds.
+printed directory, or FORGE_AGENTS_ENV). No output limit is set: a turn cut by max tokens is an
+error to some CLIs (Codex exits 1 on an incomplete response), so each runs until the policy ends
+its turn (the gateway lowers an output limit to what the context leaves).
 """
 
 from __future__ import annotations
@@ -22,7 +23,6 @@ import sys
 import tempfile
 from pathlib import Path
 
-MAX_OUTPUT_TOKENS = 48
 TIMEOUT_S = 240
 QUIET = {
     "DISABLE_TELEMETRY": "1", "DISABLE_AUTOUPDATER": "1", "DISABLE_ERROR_REPORTING": "1",
@@ -53,8 +53,7 @@ def binary(name: str) -> str:
 
 def claude(base: str, key: str, prompt: str, home: Path) -> tuple[list[str], dict[str, str]]:
     env = {"ANTHROPIC_BASE_URL": base.removesuffix("/v1"), "ANTHROPIC_API_KEY": key,
-           "ANTHROPIC_MODEL": "forge-policy", "CLAUDE_CONFIG_DIR": str(home / ".claude"),
-           "CLAUDE_CODE_MAX_OUTPUT_TOKENS": str(MAX_OUTPUT_TOKENS)}  # fmt: skip
+           "ANTHROPIC_MODEL": "forge-policy", "CLAUDE_CONFIG_DIR": str(home / ".claude")}
     return [binary("claude"), "-p", prompt, "--bare", "--tools", "Bash"], env
 
 
@@ -65,7 +64,6 @@ approval_policy = "never"
 sandbox_mode = "danger-full-access"
 check_for_update_on_startup = false
 web_search = "disabled"
-model_max_output_tokens = {MAX_OUTPUT_TOKENS}
 [model_providers.forge]
 name = "forge-rl gateway"
 base_url = "{base}"
@@ -100,7 +98,7 @@ def opencode(base: str, key: str, prompt: str, home: Path) -> tuple[list[str], d
             "npm": "@ai-sdk/openai-compatible", "name": "forge-rl gateway",
             "options": {"baseURL": base, "apiKey": key},
             "models": {"forge-policy": {"name": "forge policy", "tool_call": True, "limit": {
-                "context": 65536, "output": MAX_OUTPUT_TOKENS}}},
+                "context": 65536, "output": 32000}}},
         }},
     }  # fmt: skip
     plugins = home / ".config" / "opencode"
@@ -121,7 +119,6 @@ def mini(base: str, key: str, prompt: str, home: Path) -> tuple[list[str], dict[
                "--exit-immediately", "-c", "mini.yaml",
                "-c", f"model.model_kwargs.api_base={base}",
                "-c", f"model.model_kwargs.api_key={key}",
-               "-c", f"model.model_kwargs.max_tokens={MAX_OUTPUT_TOKENS}",
                "-c", "agent.step_limit=2", "-o", str(home / "trajectory.json")]  # fmt: skip
     return command, {}
 
@@ -146,7 +143,8 @@ def main() -> int:
                               capture_output=True, text=True, timeout=TIMEOUT_S)  # fmt: skip
     sys.stderr.write(done.stderr[-4000:])
     if done.returncode != 0:
-        print(f"{which} exited {done.returncode}", file=sys.stderr)
+        print(f"{which} exited {done.returncode}; its output ends:\n{done.stdout[-2000:]}",
+              file=sys.stderr)  # fmt: skip
         return done.returncode
     digit = re.search(r"\d", done.stdout)
     print(json.dumps({"answer": int(digit.group()) if digit else None}))

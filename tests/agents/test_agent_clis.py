@@ -37,22 +37,27 @@ pytestmark = [pytest.mark.integration, pytest.mark.slow]
 ROOT = Path(__file__).parents[2]
 DIALECTS = {"claude": "messages", "codex": "responses", "opencode": "chat.completions",
             "mini": "chat.completions"}  # fmt: skip
-ROLLOUTS = 8
-"""Two of each domain: the trainer's two steps of four take every one."""
+STEPS = 4
+"""Trainer steps of two samples the run goes on for. The queue is trained in order (a window of
+one) and the mix starts a quarter of the rollouts in each domain, so the first eight samples
+hold every domain's."""
 
 
 def write_config(home: Path, agents_env: Path) -> Path:
     (home / "pipeline.yaml").write_text(yaml.safe_dump(
-        {"window": 8, "item_timeout_s": 240, "group_timeout_s": 240,
+        {"window": 1, "item_timeout_s": 240, "group_timeout_s": 240,
          "domains": {name: {"share": 0.25, "group_size": 1} for name in DIALECTS}}
     ))  # fmt: skip
     agent = f"{sys.executable} {ROOT / 'examples/agents/cli_agent.py'}"
     config = {
-        "run": {"domains": {name: "echo" for name in DIALECTS}, "agents": 2, "group_size": 1,
-                "duration_s": 600, "max_rollouts": ROLLOUTS, "agent_timeout_s": 300,
+        "run": {"domains": {name: "echo" for name in DIALECTS}, "agents": 4, "group_size": 1,
+                "duration_s": 600, "until_policy": STEPS, "agent_timeout_s": 300,
                 "agent_cmds": {name: f"{agent} {name}" for name in DIALECTS}},
-        "gateway": {"max_batch_size": 8, "batch_wait_ms": 5, "max_context_tokens": 65536},
-        "trainer": {"batch_size": 4, "lr": 1.0e-3, "keep_policies": 4},
+        "gateway": {"max_batch_size": 8, "batch_wait_ms": 5, "max_context_tokens": 65536,
+                    "default_max_tokens": 8192},
+        # a rollout of one call is a chain (a plain causal mask): Codex's 20k tokens train
+        "trainer": {"batch_size": 2, "lr": 1.0e-3, "keep_policies": 4,
+                    "max_sequence_tokens": 32768, "max_row_tokens": 32768},
         "streams": {"pipeline_file": "pipeline.yaml", "lateness_s": 1.0, "idle_flush_s": 2.0},
     }  # fmt: skip
     path = home / "clis.yaml"
