@@ -144,6 +144,8 @@ async def chat_prompt_ids(
     base = bridge_base(
         recent, message_turns(chat.messages), render_key(chat.tools, chat.template_kwargs)
     )
+    if base is None:
+        return await renderer.render_off_loop(chat.messages, chat.tools, chat.template_kwargs)
     return await asyncio.to_thread(
         chat_prompt, renderer, chat.messages, chat.tools, chat.template_kwargs, base
     )

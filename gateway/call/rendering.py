@@ -12,6 +12,7 @@ re-rendered, drift detected as before).
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import uuid
@@ -31,6 +32,9 @@ from schemas.records import ToolCall
 
 log = logging.getLogger(__name__)
 
+PROMPT_TAIL = 256
+"""Prompt tokens a parse looks at: enough to hold the generation prompt's header."""
+
 Messages = Sequence[Mapping[str, Any]]
 Tools = list[dict[str, Any]] | None
 
@@ -43,6 +47,12 @@ class Renderer(Protocol):
         self, messages: Messages, tools: Tools, template_kwargs: Mapping[str, Any]
     ) -> list[int]:
         """Prompt ids of ``messages`` with the assistant's generation prompt."""
+        ...
+
+    async def render_off_loop(
+        self, messages: Messages, tools: Tools, template_kwargs: Mapping[str, Any]
+    ) -> list[int]:
+        """``render`` for a server: the work done off the event loop."""
         ...
 
     def parse(
@@ -123,6 +133,8 @@ class FamilyRenderer:
         self._config = config_from_name(family)
         self._by_kwargs: dict[tuple[tuple[str, Any], ...], Any] = {}
         self._library(())  # a family the vocabulary cannot serve fails here, at start
+        self._chat = tokenizer
+        self._template_agrees = self._agrees_with_template()
 
     def _library(self, key: tuple[tuple[str, Any], ...]) -> Any:
         found = self._by_kwargs.get(key)
@@ -162,14 +174,50 @@ class FamilyRenderer:
                 f"the {self.family} format cannot render this: {exc}"
             ) from exc
 
+    def _agrees_with_template(self) -> bool:
+        """Whether the policy's own chat template renders a fresh conversation as this family's
+        renderer does (probed with and without tools). Then a fresh conversation is rendered
+        by the template and tokenized in batches off the loop (``gateway.engines.encode_batches``):
+        under load the library's per-segment encoding, on a thread, held the GIL against the
+        event loop and cost the gateway ~40% of its calls (bench/RESULTS.md)."""
+        probe: list[dict[str, Any]] = [
+            {"role": "system", "content": "You answer briefly."},
+            {"role": "user", "content": "Say 7, then call a tool."},
+        ]
+        tool = {
+            "type": "function",
+            "function": {
+                "name": "probe",
+                "description": "A probe.",
+                "parameters": {"type": "object", "properties": {"n": {"type": "integer"}}},
+            },
+        }
+        try:
+            return all(
+                self.render(probe, tools, {}) == self._chat.encode_chat(probe, tools)
+                for tools in (None, [tool])
+            )
+        except InvalidRequestError:
+            return False
+
+    async def render_off_loop(
+        self, messages: Messages, tools: Tools, template_kwargs: Mapping[str, Any]
+    ) -> list[int]:
+        fresh = not any(m.get("role") == "assistant" for m in messages)
+        if fresh and not template_kwargs and self._template_agrees:
+            return await self._chat.encode_chat_off_loop([dict(m) for m in messages], tools)
+        return await asyncio.to_thread(self.render, messages, tools, template_kwargs)
+
     def parse(
         self, completion: Sequence[int], prompt: Sequence[int], tools: Tools
     ) -> ParsedCompletion:
         from renderers import ToolCallParseStatus
 
         # with the tools, argument values written as text are read by their schema's types
+        # the prompt's end tells whether the answer opens inside reasoning (a prefilled
+        # <think>); the library reads it from the last turn's close on, so the tail will do
         parsed = self._library(()).parse_response(
-            list(completion), prompt_ids=list(prompt), tools=tools
+            list(completion), prompt_ids=list(prompt[-PROMPT_TAIL:]), tools=tools
         )
         reasoning = parsed.reasoning_content or None
         if tools is None:
@@ -248,6 +296,13 @@ class TemplateRenderer:
         self, messages: Messages, tools: Tools, template_kwargs: Mapping[str, Any]
     ) -> list[int]:
         return self.tokenizer.encode_chat([dict(m) for m in messages], tools, dict(template_kwargs))
+
+    async def render_off_loop(
+        self, messages: Messages, tools: Tools, template_kwargs: Mapping[str, Any]
+    ) -> list[int]:
+        return await self.tokenizer.encode_chat_off_loop(
+            [dict(m) for m in messages], tools, dict(template_kwargs)
+        )
 
     def parse(
         self, completion: Sequence[int], prompt: Sequence[int], tools: Tools
