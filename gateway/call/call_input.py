@@ -12,13 +12,13 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
 
 from gateway.call.constraints import Constraint, json_constraint, tool_call_constraint
-from gateway.call.prompts import bridge_base, chat_prompt
+from gateway.call.prompts import bridge_base, chat_prompt, restore_arguments
 from gateway.call.recorder import CallInput, CallRecord
 from gateway.call.rendering import Renderer
 from gateway.call.tool_calls import new_tool_results, offered_tools
@@ -141,6 +141,7 @@ async def chat_prompt_ids(
     chat: ChatCall, renderer: Renderer, recent: Iterable[CallRecord]
 ) -> list[int]:
     """``chat``'s prompt, rendered (or bridged onto the rollout's last turn) off the loop."""
+    chat = replace(chat, messages=restore_arguments(chat.messages, recent))
     base = bridge_base(
         recent, message_turns(chat.messages), render_key(chat.tools, chat.template_kwargs)
     )
@@ -159,6 +160,7 @@ async def prepare_chat_call(
 ) -> CallInput:
     """The call ``chat`` asks for, its prompt rendered (or bridged) off the event loop and
     within the context; a 400 naming the field otherwise."""
+    chat = replace(chat, messages=restore_arguments(chat.messages, recent))
     turns = message_turns(chat.messages)
     key = render_key(chat.tools, chat.template_kwargs)
     constraint = constraint_of(chat, renderer.family)

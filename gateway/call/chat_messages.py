@@ -22,6 +22,10 @@ from typing import Any
 
 from gateway.errors import InvalidRequestError
 
+ARGUMENTS_VALUE = "arguments_value"
+"""Set on a tool call by a dialect whose clients send arguments back as a value (Anthropic's
+``tool_use.input``), not as the text they were answered with (``gateway.call.prompts``)."""
+
 TEXT_PARTS = frozenset({"text", "input_text", "output_text", "refusal"})
 """Part types whose text is the content (``refusal``: an assistant's, as it said it)."""
 PART_SEPARATOR = "\n"
@@ -63,7 +67,10 @@ def _tool_call(call: Any, where: str) -> dict[str, Any]:
     arguments = function.get("arguments", "")
     if not isinstance(arguments, str):
         arguments = json.dumps(arguments, ensure_ascii=False)
-    out = {"type": "function", "function": {"name": function["name"], "arguments": arguments}}
+    written: dict[str, Any] = {"name": function["name"], "arguments": arguments}
+    if ARGUMENTS_VALUE in function:  # a dialect's value, matched to what was answered later
+        written[ARGUMENTS_VALUE] = function[ARGUMENTS_VALUE]
+    out = {"type": "function", "function": written}
     if isinstance(call.get("id"), str):
         out["id"] = call["id"]
     return out

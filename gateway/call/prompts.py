@@ -11,12 +11,48 @@ the earlier call's.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+from gateway.call.chat_messages import ARGUMENTS_VALUE
 from gateway.call.recorder import CallRecord
 from gateway.call.rendering import Renderer
 from gateway.call.turns import Turn
+
+
+def restore_arguments(
+    messages: list[dict[str, Any]], recent: Iterable[CallRecord]
+) -> list[dict[str, Any]]:
+    """Each tool call sent back as a value written as the text it was answered with, where the
+    call is one the rollout was answered with and the value is the same: such an agent sent back
+    what it was given, and its history extends the sampled tokens. Another value is written as
+    compact JSON and the history is rendered again."""
+    answered = {i: a for r in recent for i, a in r.answered_arguments}
+    out = []
+    for message in messages:
+        calls = message.get("tool_calls") or []
+        if not any(ARGUMENTS_VALUE in c.get("function", {}) for c in calls):
+            out.append(message)
+            continue
+        restored = []
+        for call in calls:
+            function = dict(call["function"])
+            value = function.pop(ARGUMENTS_VALUE, None)
+            given = answered.get(str(call.get("id")))
+            if value is not None:
+                same = given is not None and _value(given) == value
+                function["arguments"] = given if same else json.dumps(value, ensure_ascii=False)
+            restored.append({**call, "function": function})
+        out.append({**message, "tool_calls": restored})
+    return out
+
+
+def _value(arguments: str) -> Any:
+    try:
+        return json.loads(arguments)
+    except ValueError:
+        return None
 
 
 def bridge_base(recent: Iterable[CallRecord], turns: Sequence[Turn], key: str) -> CallRecord | None:

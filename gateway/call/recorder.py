@@ -44,6 +44,8 @@ class CallRecord:
     messages begin with these extends its tokens (``gateway.call.prompts``)."""
     render_key: str = ""
     """The tools and template kwargs it was rendered with (``gateway.call.turns``)."""
+    answered_arguments: tuple[tuple[str, str], ...] = ()
+    """(call id, arguments as answered) of the tool calls this choice was answered with."""
 
 
 @dataclass(frozen=True)
@@ -173,8 +175,10 @@ def record_call(
             turns = (*call.turns, answered_turn(parsed, read))
         sequence = np.concatenate([call.prompt, g.token_ids])
         prompt_len = int(call.prompt.shape[0])
+        arguments = tuple((c["id"], c["function"]["arguments"]) for c in parsed.calls)
         parents.append(CallRecord(call_id, i, sequence, answer, prompt_len=prompt_len,
-                                  turns=turns, render_key=call.render_key))  # fmt: skip
+                                  turns=turns, render_key=call.render_key,
+                                  answered_arguments=arguments))  # fmt: skip
     return RecordedCall(call_id, events, delta, parents, list(completions))
 
 

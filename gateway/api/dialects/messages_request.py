@@ -22,7 +22,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from gateway.call.call_input import ChatCall, Sampling
-from gateway.call.chat_messages import render_ready
+from gateway.call.chat_messages import ARGUMENTS_VALUE, render_ready
 from gateway.errors import InvalidRequestError
 
 Finite = Annotated[float, Field(allow_inf_nan=False)]
@@ -127,9 +127,11 @@ def _assistant_turn(content: list[dict[str, Any]], where: str) -> dict[str, Any]
         elif kind == "redacted_thinking":
             continue
         elif kind == "tool_use" and isinstance(block.get("name"), str):
-            arguments = json.dumps(block.get("input") or {}, ensure_ascii=False)
+            value = block.get("input") or {}
+            function = {"name": block["name"], "arguments": json.dumps(value, ensure_ascii=False),
+                        ARGUMENTS_VALUE: value}  # fmt: skip
             calls.append({"id": str(block.get("id") or ""), "type": "function",
-                          "function": {"name": block["name"], "arguments": arguments}})  # fmt: skip
+                          "function": function})  # fmt: skip
         else:
             raise _refused(kind, f"{where}.{i}")
     turn: dict[str, Any] = {"role": "assistant", "content": "\n".join(texts), "tool_calls": calls}

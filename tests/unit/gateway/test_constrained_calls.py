@@ -86,13 +86,35 @@ async def test_the_other_dialects_force_calls_and_json_too(gw):
             model="m", max_tokens=48, messages=ASKED, tool_choice={"type": "tool", "name": "guess"},
             tools=[{"name": "guess", "input_schema": BOUNDED}],
         )  # fmt: skip
-    [use] = [b for b in message.content if b.type == "tool_use"]
-    assert use.name == "guess" and 0 <= use.input["n"] <= 9
+        [use] = [b for b in message.content if b.type == "tool_use"]
+        assert use.name == "guess" and 0 <= use.input["n"] <= 9
+        # the round trip on the real engine: its call answered, the result sent back
+        answered = {"role": "assistant", "content": [b.model_dump() for b in message.content]}
+        result = {"type": "tool_result", "tool_use_id": use.id, "content": "higher"}
+        history = [*ASKED, answered, {"role": "user", "content": [result]}]
+        tools = [{"name": "guess", "input_schema": BOUNDED}]
+        await claude.messages.create(model="m", max_tokens=8, messages=history, tools=tools)
     response = await gw.sdk(rollout).responses.create(
         model="m", input="Guess.", max_output_tokens=48,
         text={"format": {"type": "json_schema", "name": "guess", "schema": Guess.model_json_schema()
                          | {"additionalProperties": False}, "strict": True}},
     )  # fmt: skip
     assert Guess.model_validate_json(response.output_text).digit in range(10)
-    assert [r.constraint for r in recorded(gw, rollout, ModelRequest)] == [
-        "tool_call:guess", "json_schema"]  # fmt: skip
+    called = await gw.sdk(rollout).responses.create(
+        model="m", input="Guess.", max_output_tokens=48, tool_choice="required",
+        tools=[{"type": "function", "name": "guess", "parameters": BOUNDED}],
+    )  # fmt: skip
+    [call] = [i for i in called.output if i.type == "function_call"]
+    await gw.sdk(rollout).responses.create(
+        model="m", max_output_tokens=8, tools=[{"type": "function", "name": "guess",
+                                                "parameters": BOUNDED}],
+        input=[{"role": "user", "content": "Guess."}, *(i.model_dump() for i in called.output),
+               {"type": "function_call_output", "call_id": call.call_id, "output": "lower"}],
+    )  # fmt: skip
+    requests = recorded(gw, rollout, ModelRequest)
+    assert [r.constraint for r in requests] == [
+        "tool_call:guess", None, "json_schema", "tool_call", None]  # fmt: skip
+    assert [(t.tool_call_id, t.content) for t in requests[1].tool_results] == [(use.id, "higher")]
+    assert [(t.tool_call_id, t.content) for t in requests[4].tool_results] == [
+        (call.call_id, "lower")]  # fmt: skip
+    assert not any(r.retokenization_drift for r in requests)
