@@ -52,8 +52,12 @@ def binary(name: str) -> str:
 
 
 def claude(base: str, key: str, prompt: str, home: Path) -> tuple[list[str], dict[str, str]]:
-    env = {"ANTHROPIC_BASE_URL": base.removesuffix("/v1"), "ANTHROPIC_API_KEY": key,
-           "ANTHROPIC_MODEL": "forge-policy", "CLAUDE_CONFIG_DIR": str(home / ".claude")}
+    env = {
+        "ANTHROPIC_BASE_URL": base.removesuffix("/v1"),
+        "ANTHROPIC_API_KEY": key,
+        "ANTHROPIC_MODEL": "forge-policy",
+        "CLAUDE_CONFIG_DIR": str(home / ".claude"),
+    }
     return [binary("claude"), "-p", prompt, "--bare", "--tools", "Bash"], env
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -78,8 +79,6 @@ def as_sent(message: dict[str, Any]) -> dict[str, Any]:
 
 @pytest.mark.parametrize("library", LIBRARIES)
 def test_a_client_library_is_recorded_with_the_prompt_it_sent(gateway, agents_env, library):
-    from transformers import AutoTokenizer
-
     gw, proxy = gateway
     rollout = gw.new_rollout()
     before = len(proxy.exchanges)
@@ -92,6 +91,31 @@ def test_a_client_library_is_recorded_with_the_prompt_it_sent(gateway, agents_en
     assert run.returncode == 0, run.stdout + run.stderr[-4000:]
     steps = [json.loads(line)["step"] for line in run.stdout.splitlines() if line.startswith("{")]
     assert steps == STEPS[library]
+    assert_recorded_as_sent(gw, proxy, rollout, before, library)
+
+
+@pytest.mark.parametrize("agent", ["mini", "opencode"])
+def test_a_chat_agent_cli_is_recorded_with_the_prompt_it_sent(gateway, agents_env, agent):
+    """mini-swe-agent (litellm, not streamed) and OpenCode (streamed), run as the black boxes
+    `examples/agents/cli_agent.py` makes of them: every call they made, as they sent it."""
+    gw, proxy = gateway
+    rollout = gw.new_rollout()
+    before = len(proxy.exchanges)
+    env = {**os.environ, "OPENAI_BASE_URL": f"{proxy.url}/rollouts/{rollout['rollout_id']}/v1",
+           "OPENAI_API_KEY": rollout["api_key"], "FORGE_AGENTS_ENV": str(agents_env),
+           "FORGE_TASK": json.dumps({"task_id": "t", "digit": 4})}  # fmt: skip
+    run = subprocess.run([sys.executable, str(ROOT / "examples/agents/cli_agent.py"), agent],
+                         capture_output=True, text=True, env=env, timeout=600)  # fmt: skip
+    assert run.returncode == 0, run.stdout + run.stderr[-4000:]
+    assert json.loads(run.stdout.splitlines()[-1]).keys() == {"answer"}
+    assert_recorded_as_sent(gw, proxy, rollout, before, agent)
+
+
+def assert_recorded_as_sent(
+    gw: RunningGateway, proxy: RecordingProxy, rollout: dict[str, Any], before: int, who: str
+) -> None:
+    from transformers import AutoTokenizer
+
     calls = [e for e in proxy.exchanges[before:] if e.call_id and "chat/completions" in e.path]
     assert calls, "no chat call went through"
     prompts = full_prompts(gw, rollout["rollout_id"])
@@ -106,7 +130,7 @@ def test_a_client_library_is_recorded_with_the_prompt_it_sent(gateway, agents_en
         # A turn the model ended with <|endoftext|> (Qwen3 stops at either) is kept as sampled
         # where the history is bridged; the template closes every turn with <|im_end|>.
         said = template.decode(recorded).replace("<|endoftext|>", "<|im_end|>")
-        assert said == rendered, (library, call.path)
+        assert said == rendered, (who, call.path)
         if not any(m.get("role") == "assistant" for m in body["messages"]):
             # nothing the model sampled in it: the very ids the template's text encodes to
             ids = template(rendered, add_special_tokens=False)["input_ids"]
