@@ -22,13 +22,12 @@ from typing import Annotated, Any
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from gateway.call.call_input import ChatCall, Sampling
-from gateway.call.chat_messages import render_ready
+from gateway.call.chat_messages import joined_text, render_ready
 from gateway.errors import InvalidRequestError, UnsupportedFieldError
 
 Finite = Annotated[float, Field(allow_inf_nan=False)]
 REASONING_MARK = "forge-rl:"
 """How this gateway's ``encrypted_content`` begins: the reasoning's text, base64, follows."""
-TEXT_PARTS = ("input_text", "output_text", "text", "summary_text", "reasoning_text")
 
 
 class ResponsesRequest(BaseModel):
@@ -80,23 +79,6 @@ def _reasoning_text(item: Mapping[str, Any]) -> str:
     )
 
 
-def _text_of(content: Any, where: str) -> str:
-    if isinstance(content, str):
-        return content
-    if not isinstance(content, list):
-        raise InvalidRequestError("content must be a string or a list of parts", param=where)
-    texts = []
-    for i, part in enumerate(content):
-        kind = part.get("type") if isinstance(part, Mapping) else None
-        if kind not in TEXT_PARTS or not isinstance(part.get("text"), str):
-            raise InvalidRequestError(
-                f"content part type {kind!r} cannot be taken by this policy (text only)",
-                param=f"{where}.{i}.type",
-            )
-        texts.append(part["text"])
-    return "\n".join(texts)
-
-
 def _assistant(out: list[dict[str, Any]]) -> dict[str, Any]:
     """The assistant message function calls and reasoning join: the last one, if it is still
     open (no tool result or user turn since), else a new one."""
@@ -110,7 +92,7 @@ def _add_item(out: list[dict[str, Any]], item: Mapping[str, Any], where: str) ->
     kind = item.get("type", "message")
     if kind == "message":
         role = item.get("role")
-        text = _text_of(item.get("content"), f"{where}.content")
+        text = joined_text(item.get("content"), f"{where}.content")
         if role == "assistant":
             turn = _assistant(out)
             turn["content"] = f"{turn['content']}\n{text}" if turn["content"] else text
@@ -124,7 +106,7 @@ def _add_item(out: list[dict[str, Any]], item: Mapping[str, Any], where: str) ->
         }
         _assistant(out)["tool_calls"].append(call)  # fmt: skip
     elif kind == "function_call_output":
-        output = _text_of(item.get("output") or "", f"{where}.output")
+        output = joined_text(item.get("output") or "", f"{where}.output")
         out.append({"role": "tool", "tool_call_id": str(item.get("call_id") or ""),
                     "content": output})  # fmt: skip
     elif kind == "reasoning":
