@@ -7,6 +7,7 @@ dies anyway (its directory vanished after the check) being reported and restarte
 
 from __future__ import annotations
 
+import json
 import logging
 import time
 from datetime import UTC, datetime
@@ -17,6 +18,7 @@ import numpy as np
 import openai
 import pytest
 import torch
+from pydantic import BaseModel, Field
 
 from infra.kafka_clients import sync_producer
 from schemas import codec
@@ -119,6 +121,38 @@ def test_sdk_calls_through_vllm_record_the_trainers_logprobs(gw, models):
     sdk = [t.logprob for t in completion.choices[0].logprobs.content]
     np.testing.assert_allclose(sdk, response.logprobs, atol=1e-6)
     assert len(response.completion_token_ids) > 0
+
+
+DIGIT = {"type": "integer", "minimum": 0, "maximum": 9}
+GUESS_TOOL = {"type": "function", "function": {"name": "guess", "parameters": {
+    "type": "object", "properties": {"n": DIGIT}, "required": ["n"],
+    "additionalProperties": False}}}  # fmt: skip
+
+
+class Guess(BaseModel):
+    digit: int = Field(ge=0, le=9)
+    sure: bool
+
+
+def test_vllm_holds_a_named_tool_call_and_a_json_schema_as_the_embedded_engine_does(gw):
+    """The gateway's structural tag (gateway.call.constraints) compiled by vLLM's own
+    structured outputs (xgrammar): a call of the named tool, an object the schema allows."""
+    rollout = gw.new_rollout()
+    agent = openai.OpenAI(base_url=rollout["base_url"], api_key=rollout["api_key"], max_retries=0)
+    asked = [{"role": "user", "content": "Guess the digit."}]
+    named = agent.chat.completions.create(
+        model="m", messages=asked, tools=[GUESS_TOOL], max_tokens=96, seed=5,
+        tool_choice={"type": "function", "function": {"name": "guess"}},
+    )  # fmt: skip
+    [call] = named.choices[0].message.tool_calls or []
+    assert call.function.name == "guess" and 0 <= json.loads(call.function.arguments)["n"] <= 9
+    parsed = agent.chat.completions.parse(
+        model="m", messages=asked, response_format=Guess, max_tokens=96, seed=6
+    )
+    assert isinstance(parsed.choices[0].message.parsed, Guess)
+    requests = [e.payload for e in gw.events_of(rollout["rollout_id"])
+                if isinstance(e.payload, ModelRequest)]  # fmt: skip
+    assert [r.constraint for r in requests] == ["tool_call:guess", "json_schema"]
 
 
 def test_a_published_policy_reaches_vllm_and_later_calls_carry_it(gw, models, published_v1):
