@@ -41,14 +41,14 @@ def binary(name: str) -> str:
     found = shutil.which(name)
     if found:
         return found
-    cache = os.environ.get("FORGE_AGENTS_ENV") or str(
-        Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "forge-rl"
-    )
     kind = "python/bin" if name == "mini" else "npm/node_modules/.bin"
-    for env_dir in sorted(Path(cache).glob("agents-*"), reverse=True):
+    cache = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "forge-rl"
+    given = os.environ.get("FORGE_AGENTS_ENV")
+    places = [Path(given)] if given else sorted(cache.glob("agents-*"), reverse=True)
+    for env_dir in places:
         if (env_dir / kind / name).exists():
             return str(env_dir / kind / name)
-    raise SystemExit(f"no {name} on PATH or in {cache}: run scripts/setup_agents.sh")
+    raise SystemExit(f"no {name} on PATH or in {given or cache}: run scripts/setup_agents.sh")
 
 
 def claude(base: str, key: str, prompt: str, home: Path) -> tuple[list[str], dict[str, str]]:

@@ -44,7 +44,7 @@ def policy(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="module")
 def gateway(kafka: str, policy: Path) -> Iterator[tuple[RunningGateway, RecordingProxy]]:
     with (
-        running_gateway(kafka, policy, max_context_tokens=8192, default_max_tokens=32) as gw,
+        running_gateway(kafka, policy, max_context_tokens=65536, default_max_tokens=32) as gw,
         recording_proxy(gw.url) as proxy,
     ):
         yield gw, proxy
