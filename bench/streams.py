@@ -23,6 +23,11 @@ have started but not ended.
 
     python bench/streams.py [--rollouts 2000] [--inflight 10000] [--calls 2] [--warmup 1000]
                             [--timeline PNG]
+
+With --soak N, only this: N small rollouts through one live worker in rounds, its RSS read as
+it goes (memory must stay flat over a long run), plotted with --soak-plot PNG.
+
+    python bench/streams.py --soak 1000000 --soak-plot bench/streams_soak_rss.png
 """
 
 from __future__ import annotations
@@ -84,28 +89,44 @@ from streams.replay.replay_log import ReplaySources, run_replay  # noqa: E402
 T0 = datetime(2026, 11, 1, tzinfo=UTC)
 
 
+@dataclass(frozen=True)
+class RolloutShape:
+    """What each bench rollout is made of, and how far apart in event time rollouts start."""
+
+    calls: int = 2
+    prompt_tokens: int = 2000
+    completion_tokens: int = 100
+    spacing_s: float = 0.01
+
+
+SOAK_SHAPE = RolloutShape(calls=1, prompt_tokens=32, completion_tokens=8, spacing_s=0.1)
+"""A soak's rollouts: small, so a million fit in minutes; 0.1 s apart, about Forge's 12
+samples/s, so a million span 28 hours of event time — many dedupe horizons."""
+
+
 def rollout_events(
-    i: int, rng: np.random.Generator, calls: int
+    i: int, rng: np.random.Generator, calls: int, shape: RolloutShape | None = None
 ) -> tuple[list[Envelope], QueueEntry]:
+    shape = shape or RolloutShape(calls)
     rid, group = f"r{i}", f"g{i // 8}"
-    ts = T0 + timedelta(seconds=i * 0.01)
+    ts = T0 + timedelta(seconds=i * shape.spacing_s)
 
     def env(payload, dt):  # type: ignore[no-untyped-def]
         return Envelope(str(uuid.uuid4()), rid, ts + timedelta(seconds=dt), "bench", payload)
 
     out = [env(RolloutStarted("task", group, 8, 0, {}, i), 0)]
     parent, shared = None, 0
-    for call in range(calls):
-        prompt = rng.integers(0, 150_000, 2000, dtype=np.int32)
-        completion = rng.integers(0, 150_000, 100, dtype=np.int32)
+    new_tokens, sampled = shape.prompt_tokens, shape.completion_tokens
+    for call in range(shape.calls):
+        prompt = rng.integers(0, 150_000, new_tokens, dtype=np.int32)
+        completion = rng.integers(0, 150_000, sampled, dtype=np.int32)
         cid = f"{rid}c{call}"
-        out.append(env(ModelRequest(cid, "chat.completions", "m", prompt, shared + 2000,
+        out.append(env(ModelRequest(cid, "chat.completions", "m", prompt, shared + new_tokens,
                                     parent, 0, shared), 0.1 + call))  # fmt: skip
-        out.append(
-            env(ModelResponse(cid, completion, np.full(100, -1.0, np.float32), 0), 0.5 + call)
-        )
-        parent, shared = cid, shared + 2100
-    out.append(env(RolloutFinished("success", float(i % 2)), calls + 1))
+        logprobs = np.full(sampled, -1.0, np.float32)
+        out.append(env(ModelResponse(cid, completion, logprobs, 0), 0.5 + call))
+        parent, shared = cid, shared + new_tokens + sampled
+    out.append(env(RolloutFinished("success", float(i % 2)), shape.calls + 1))
     return out, QueueEntry(rid, group, 8, ts)
 
 
@@ -119,11 +140,12 @@ def fresh_topics(bootstrap: str, tag: str) -> dict[str, str]:
 
 
 def produce(bootstrap: str, topics: dict[str, str], first: int, count: int, *,
-            finished: bool, rng: np.random.Generator, calls: int) -> int:  # fmt: skip
+            finished: bool, rng: np.random.Generator, calls: int,
+            shape: RolloutShape | None = None) -> int:  # fmt: skip
     producer = sync_producer(bootstrap, linger_ms=5, batch_size=BATCH_BYTES)
     sent = 0
     for i in range(first, first + count):
-        events, entry = rollout_events(i, rng, calls)
+        events, entry = rollout_events(i, rng, calls, shape)
         if not finished:
             events = events[:-1]
         producer.send(topics[QUEUE.name], codec.encode(entry), key=entry.rollout_id.encode())
@@ -386,6 +408,94 @@ def live_worker_inflight_rss(bootstrap: str, home: Path, inflight: int,
     return sent, seconds, peak
 
 
+@dataclass(frozen=True)
+class SoakPoint:
+    samples: int
+    """Samples on forge.train when the worker's RSS was read."""
+    rss_mb: float
+    seconds: float
+
+
+def live_worker_soak(bootstrap: str, home: Path, rollouts: int, rng: np.random.Generator,
+                     rounds: int = 50) -> list[SoakPoint]:  # fmt: skip
+    """One live worker fed ``rollouts`` (``SOAK_SHAPE``) in ``rounds`` rounds, never more
+    than a round behind: its RSS each time it has trained all but the round just written,
+    and once it has trained them all. Every rollout must come out once."""
+    topics = fresh_topics(bootstrap, "soak")
+    worker = start_worker(bootstrap, home / "soak", topics, f"bench-{uuid.uuid4().hex[:8]}")
+    samples = SampleWatch(bootstrap, topics["train"])
+    per_round = -(-rollouts // rounds)
+    points: list[SoakPoint] = []
+    started = time.monotonic()
+
+    def trained(at_least: int) -> None:
+        deadline = time.monotonic() + 300
+        while len(samples.read()) < at_least:
+            assert worker.poll() is None, f"the worker exited: see {home}/soak/worker.log"
+            assert time.monotonic() < deadline, f"the worker stalled: see {home}/soak"
+            time.sleep(0.2)
+        rss = _tree_rss_mb(worker.pid)
+        points.append(SoakPoint(len(samples.times), rss, time.monotonic() - started))
+
+    try:
+        for first in range(0, rollouts, per_round):
+            count = min(per_round, rollouts - first)
+            produce(bootstrap, topics, first, count, finished=True, rng=rng, calls=1,
+                    shape=SOAK_SHAPE)  # fmt: skip
+            trained(first)
+        trained(rollouts)
+        time.sleep(3)
+        assert len(samples.read()) == rollouts, f"{len(samples.times)} samples of {rollouts}"
+    finally:
+        samples.close()
+        worker.send_signal(signal.SIGTERM)
+        worker.wait(60)
+    return points
+
+
+def draw_soak(path: Path, points: list[SoakPoint]) -> None:
+    """The worker's RSS over the samples it has trained."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(8, 4))
+    FigureCanvasAgg(fig)
+    ax = fig.add_subplot()
+    ax.plot([p.samples / 1e6 for p in points], [p.rss_mb for p in points], marker=".")
+    ax.set_xlabel("rollouts through the worker (millions)")
+    ax.set_ylabel("worker RSS (MiB)")
+    ax.set_ylim(0, max(p.rss_mb for p in points) * 1.15)
+    ax.set_title("one live worker, RSS as the rollouts go through")
+    fig.savefig(path, dpi=100, bbox_inches="tight")
+
+
+def soak_main(rollouts: int, plot: Path | None) -> None:
+    """``--soak``: one live worker through ``rollouts``, its RSS at 10% and at the end."""
+    home = Path(tempfile.mkdtemp(prefix="forge-bench-soak-"))
+    bootstrap = os.environ.get("FORGE_KAFKA_BOOTSTRAP")
+    broker = None
+    if bootstrap is None:
+        broker = LocalBroker(home / "kafka", version="4.4.0", cache_dir=InfraSettings().cache_dir,
+                             port=0, controller_port=0)  # fmt: skip
+        bootstrap = broker.up().bootstrap
+    try:
+        points = live_worker_soak(bootstrap, home, rollouts, np.random.default_rng(0))
+    finally:
+        if broker is not None:
+            broker.down(purge=True)
+        shutil.rmtree(home, ignore_errors=True)
+    tenth = next(p for p in points if p.samples >= rollouts / 10)
+    end = points[-1]
+    events = rollouts * (2 * SOAK_SHAPE.calls + 2)
+    print(f"soak: {rollouts} rollouts ({events} events, {SOAK_SHAPE}) in {end.seconds:.0f} s")
+    print(f"RSS at {tenth.samples} samples (10%): {tenth.rss_mb:.0f} MiB; at the end "
+          f"({end.samples}): {end.rss_mb:.0f} MiB; end/10% = {end.rss_mb / tenth.rss_mb:.3f}; "
+          f"peak {max(p.rss_mb for p in points):.0f} MiB")  # fmt: skip
+    if plot is not None:
+        draw_soak(plot, points)
+        print(f"plot: {plot}")
+
+
 def _written(consumer: KafkaConsumer, topic: str) -> int:
     """Records written to the topic so far."""
     found = consumer.partitions_for_topic(topic) or ()
@@ -433,8 +543,23 @@ def main() -> None:
                         "anything is measured (0: none)")  # fmt: skip
     parser.add_argument("--timeline", type=Path, metavar="PNG",
                         help="plot the one-worker run: records a second and its CPU")  # fmt: skip
+    parser.add_argument(
+        "--soak",
+        type=int,
+        metavar="ROLLOUTS",
+        help="only this: small rollouts through one live worker, its RSS",
+    )
+    parser.add_argument(
+        "--soak-plot",
+        type=Path,
+        metavar="PNG",
+        help="with --soak: plot the worker's RSS over the rollouts",
+    )
     args = parser.parse_args()
     print(machine_line(), flush=True)
+    if args.soak:
+        soak_main(args.soak, args.soak_plot)
+        return
     console = Console(width=160)
     rng = np.random.default_rng(0)
     table = Table("measurement", "events", "seconds", "events/s", "CPU s", "events/CPU s",

@@ -47,6 +47,7 @@ class PipelineConfig:
             consumed=consumed,
             drop_uniform_groups=self.drop_uniform_groups,
             adaptive=adaptive,
+            dedupe_horizon_s=self.dedupe_horizon.total_seconds(),
         )
 
     def domain(self, name: str) -> Domain:
@@ -64,3 +65,11 @@ class PipelineConfig:
         """Bounds what the worker keeps for a group (open rollouts, settled marks)."""
         longest = max([self.group_timeout_s, *(d.group_timeout_s for d in self.domains.values())])
         return timedelta(seconds=longest)
+
+    @property
+    def dedupe_horizon(self) -> timedelta:
+        """How long the sequencer remembers a completion as applied: an hour, or four of the
+        longest timeout a group or queue item can wait (a copy comes when a partition is read
+        again after a restart, long before that)."""
+        longest = max(self.longest_group_timeout.total_seconds(), self.item_timeout_s or 0.0)
+        return timedelta(seconds=max(3600.0, 4 * longest))

@@ -3,7 +3,10 @@ worker writes how far it has processed each forge.events partition it owns, a ro
 and it follows the watermark topic — every worker's rounds, in the order they were written —
 into its horizon, telling ``moved`` after each read.
 
-Each round is keyed by its events topic and its worker (compacted: a worker's last round).
+Each round is keyed by its events topic and the lowest partition its worker owns: compacted,
+the topic keeps at most one round a partition, however many workers start over a long run (a
+key a worker start kept one round for each). Two workers never own the same lowest partition
+for long, and a round superseded under its key is older than its successor's.
 An app id serves one events topic: its marks, claims and floors are that topic's (a mark's
 offsets mean nothing on another), so a worker pointed at another topic under the same app id
 is refused at start (``other_events_topics``)."""
@@ -13,7 +16,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-import uuid
 from collections.abc import Awaitable, Callable
 
 import faust
@@ -42,7 +44,6 @@ def send_watermarks(
 ) -> None:
     """Adds the sending task to ``app``; ``take_over`` sets up an owned partition that has
     had no record yet in this generation, so every owned partition has a mark and a claim."""
-    key = f"{events_topic}/{uuid.uuid4().hex}".encode()  # this worker's
 
     async def send_round(state: LiveState) -> None:
         owned = {tp.partition for tp in app.consumer.assignment() if tp.topic == events_topic}
@@ -55,6 +56,7 @@ def send_watermarks(
         ends = await app.consumer.highwaters(*tps)  # asked of the broker now, not cached
         now = time.monotonic()
         marks = [state.progress.mark(tp.partition, ends.get(tp), now) for tp in tps]
+        key = round_key(events_topic, tps[0].partition)
         await (await watermarks.send(key=key, value=encode_round(marks), partition=0))
 
     @app.task
@@ -69,6 +71,10 @@ def send_watermarks(
                 await send_round(state)
             except (KafkaError, ConsumerNotStarted, TimeoutError) as error:
                 log.warning("watermarks skipped this round: %s", error)  # the broker away
+
+
+def round_key(events_topic: str, lowest_partition: int) -> bytes:
+    return f"{events_topic}/{lowest_partition}".encode()
 
 
 def _events_topic_of(key: bytes | None) -> str | None:

@@ -5,6 +5,10 @@ watermark passes them, then applied in (time, kind, index) order, everything at 
 before the FIFO is polled. The samples that come out depend only on the facts, not on the
 order they were delivered in; a fact older than the watermark when it arrives is late: it is
 applied at once and counted, and only then can a live run differ from a replay.
+
+What it remembers to apply each completion once is kept for ``dedupe_horizon_s`` of event
+time (``streams.sequencing.recent_keys``); a completion older than that behind the applied
+time is refused, counted as ``expired_completions``, so a late copy is never applied twice.
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ from datetime import datetime
 from schemas.records import PolicyUpdated, QueueEntry, TrainSample, Trajectory
 from schemas.tokens import oldest_policy
 from streams.sequencing.adaptive_window import AdaptiveWindow
+from streams.sequencing.recent_keys import RecentKeys
 from streams.sequencing.windowed_fifo import Emitted, WindowedFifo
 
 POLICY, QUEUED, COMPLETED = 0, 1, 2
@@ -36,14 +41,17 @@ class EventTimeSequencer:
     adaptive: AdaptiveWindow | None = None
     """Sets the window before each poll from the facts applied so far (``window`` is then its
     cap): the same facts in the same order, so a replay sets the same windows."""
+    dedupe_horizon_s: float = 3600.0
+    """How long, in event time, a completion is remembered as applied (and how late one may
+    come before it is refused): bounds the memory of a run of any length."""
     stats: Counter[str] = field(default_factory=Counter)
     recorded: list[Trajectory] = field(default_factory=list)
     """Each rollout's first completion applied (not yet drained): the one the FIFO keeps, and
     so the one analytics record — a group scored twice (at-least-once) is in forge.trajectories
     twice, only its first scoring counts. Consumed indices are left out: recorded before."""
-    _recorded_ids: set[str] = field(default_factory=set)
-    _no_signal: set[int] = field(default_factory=set)
-    _timed: set[int] = field(default_factory=set)
+    _recorded_ids: RecentKeys[str] = field(init=False)
+    _no_signal: RecentKeys[int] = field(init=False)
+    _timed: RecentKeys[int] = field(init=False)
     _facts: list[tuple[float, int, int, int, object]] = field(default_factory=list)
     _tiebreak: itertools.count[int] = field(default_factory=itertools.count)
     _applied_until: float = float("-inf")
@@ -57,6 +65,9 @@ class EventTimeSequencer:
             max_staleness=self.max_staleness,
             consumed=self.consumed,
         )
+        self._recorded_ids = RecentKeys(self.dedupe_horizon_s)
+        self._no_signal = RecentKeys(self.dedupe_horizon_s)
+        self._timed = RecentKeys(self.dedupe_horizon_s)
 
     def add_policy(self, update: PolicyUpdated) -> None:
         self._add(update.ts, POLICY, update.version, update)
@@ -65,11 +76,14 @@ class EventTimeSequencer:
         self._add(entry.ts, QUEUED, index, entry)
 
     def add_completion(self, trajectory: Trajectory) -> None:
+        when = trajectory.group_completed_ts or trajectory.ended_ts
+        if when.timestamp() < self._applied_until - self.dedupe_horizon_s:
+            self.stats["expired_completions"] += 1  # what applied it once is forgotten
+            return
         if trajectory.queue_index < 0:
             self.stats["unqueued"] += 1
-            self._record(trajectory)
+            self._record(trajectory, when.timestamp())
             return
-        when = trajectory.group_completed_ts or trajectory.ended_ts
         self._add(when, COMPLETED, trajectory.queue_index, trajectory)
 
     def _add(self, ts: datetime, kind: int, index: int, fact: object) -> None:
@@ -87,6 +101,7 @@ class EventTimeSequencer:
             while self._facts and self._facts[0][0] == at:
                 _, kind, index, _, fact = heapq.heappop(self._facts)
                 self._apply(kind, index, fact, at)
+            self._forget_before(at)
             if self.adaptive is not None:
                 self._fifo.window = self.adaptive.window()
             emitted = [r for r in self._fifo.poll(at, self._version) if isinstance(r, Emitted)]
@@ -110,6 +125,7 @@ class EventTimeSequencer:
         self.stats["dropped_no_signal"] = fifo.dropped_no_signal
         self.stats["late_completions"] = fifo.late
         self.stats["pending"] = self._fifo.pending()
+        self.stats["remembered"] = len(self._recorded_ids)  # at most a horizon's
         if self.adaptive is not None:
             self.stats["window"] = self._fifo.window or 0
         return out
@@ -123,23 +139,28 @@ class EventTimeSequencer:
             self._fifo.enqueue(index, at)
         else:
             assert isinstance(fact, Trajectory)
-            if self.adaptive is not None and index not in self._timed:
-                self._timed.add(index)
+            if self.adaptive is not None and self._timed.first_sight(index, at):
                 self.adaptive.completed(at - fact.started_ts.timestamp())
             if index not in self.consumed:
-                self._record(fact)
+                self._record(fact, at)
             trainable = not (self.drop_uniform_groups and fact.group_reward_spread == 0.0)
-            if not trainable and index not in self.consumed and index not in self._no_signal:
-                self._no_signal.add(index)
+            if (
+                not trainable
+                and index not in self.consumed
+                and self._no_signal.first_sight(index, at)
+            ):
                 self.stats[f"dropped_no_signal:{fact.domain}"] += 1
             self._fifo.complete(
                 index, fact, oldest_policy(fact.calls, self._version), trainable=trainable
             )
 
-    def _record(self, trajectory: Trajectory) -> None:
-        if trajectory.rollout_id not in self._recorded_ids:
-            self._recorded_ids.add(trajectory.rollout_id)
+    def _record(self, trajectory: Trajectory, at: float) -> None:
+        if self._recorded_ids.first_sight(trajectory.rollout_id, at):
             self.recorded.append(trajectory)
+
+    def _forget_before(self, now: float) -> None:
+        for keys in (self._recorded_ids, self._no_signal, self._timed):
+            keys.forget_before(now)
 
     def drain_recorded(self) -> list[Trajectory]:
         out, self.recorded = self.recorded, []
