@@ -531,7 +531,7 @@ def peak_rss_mb() -> float:
     return float("nan")
 
 
-def main() -> None:
+def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
@@ -555,7 +555,61 @@ def main() -> None:
         metavar="PNG",
         help="with --soak: plot the worker's RSS over the rollouts",
     )
-    args = parser.parse_args()
+    return parser.parse_args()
+
+
+def in_process_row(table: Table, inflight: int, calls: int, rng: np.random.Generator) -> None:
+    """The pure pipeline in process over ``inflight`` rollouts: its rate and peak RSS."""
+    base_rss = psutil.Process().memory_info().rss / 2**20
+    encoded: list[bytes] = []
+    queue: list[tuple[int, QueueEntry]] = []
+    for i in range(inflight):
+        events, entry = rollout_events(i, rng, calls)
+        encoded.extend(codec.encode(e) for e in events)
+        queue.append((i, entry))
+    started = time.perf_counter()
+    decoded = [codec.decode(b, Envelope) for b in encoded]
+    result = process_log(decoded, queue, [], PipelineConfig(window=None))
+    elapsed = time.perf_counter() - started
+    table.add_row(f"in process, {inflight} rollouts in flight", str(len(encoded)),
+                  f"{elapsed:.2f}", f"{len(encoded) / elapsed:.0f}", "", "",
+                  f"{peak_rss_mb():.0f} (start {base_rss:.0f})")  # fmt: skip
+    assert len(result.samples) == inflight
+
+
+def live_worker_rows(
+    table: Table, console: Console, bootstrap: str, home: Path, args: argparse.Namespace,
+    rng: np.random.Generator, replay: tuple[int, float, float],
+) -> tuple[list[str], list[str]]:  # fmt: skip
+    """One live worker, then two in one group, through a backlog each: their rows, their
+    rates against the replay's (``replay``: events, seconds, CPU seconds), their ends of log."""
+    count, elapsed, replay_cpu = replay
+    replay_rate = count / elapsed
+    ratios: list[str] = []
+    end_of_log: list[str] = []
+    for workers in (1, 2):
+        with console.status(f"{workers} live worker(s) working through a backlog…"):
+            timeline = args.timeline if workers == 1 else None
+            run = live_worker_rate(
+                bootstrap, home, args.rollouts, rng, args.calls, workers, timeline
+            )
+        label = "live worker" if workers == 1 else f"{workers} live workers in one group"
+        rate = run.events / run.seconds
+        table.add_row(f"{label} (sink on), backlog of {args.rollouts} rollouts",
+                      str(run.events), f"{run.seconds:.2f}", f"{rate:.0f}",
+                      f"{run.cpu_s:.2f}", f"{run.events / run.cpu_s:.0f}",
+                      f"{run.peak_rss_mb:.0f}")  # fmt: skip
+        ratios.append(
+            f"{workers} worker(s) {rate / replay_rate:.2f}x "
+            f"(to the last trajectory {run.events / run.to_trajectories / replay_rate:.2f}x; "
+            f"a CPU-second {run.events / run.cpu_s * replay_cpu / count:.2f}x)"
+        )
+        end_of_log.append(f"{workers} worker(s) {run.end_of_log_s:.1f} s")
+    return ratios, end_of_log
+
+
+def main() -> None:
+    args = parse_args()
     print(machine_line(), flush=True)
     if args.soak:
         soak_main(args.soak, args.soak_plot)
@@ -564,25 +618,7 @@ def main() -> None:
     rng = np.random.default_rng(0)
     table = Table("measurement", "events", "seconds", "events/s", "CPU s", "events/CPU s",
                   "peak RSS MiB")  # fmt: skip
-    ratios: list[str] = []
-    end_of_log: list[str] = []
-
-    base_rss = psutil.Process().memory_info().rss / 2**20
-    encoded: list[bytes] = []
-    queue: list[tuple[int, QueueEntry]] = []
-    for i in range(args.inflight):
-        events, entry = rollout_events(i, rng, args.calls)
-        encoded.extend(codec.encode(e) for e in events)
-        queue.append((i, entry))
-    started = time.perf_counter()
-    decoded = [codec.decode(b, Envelope) for b in encoded]
-    result = process_log(decoded, queue, [], PipelineConfig(window=None))
-    elapsed = time.perf_counter() - started
-    table.add_row(f"in process, {args.inflight} rollouts in flight", str(len(encoded)),
-                  f"{elapsed:.2f}", f"{len(encoded) / elapsed:.0f}", "", "",
-                  f"{peak_rss_mb():.0f} (start {base_rss:.0f})")  # fmt: skip
-    assert len(result.samples) == args.inflight
-    del encoded, decoded, result
+    in_process_row(table, args.inflight, args.calls, rng)
 
     home = Path(tempfile.mkdtemp(prefix="forge-bench-streams-"))
     bootstrap = os.environ.get("FORGE_KAFKA_BOOTSTRAP")
@@ -611,24 +647,9 @@ def main() -> None:
         table.add_row("Faust agent that only reads and decodes forge.events",
                       str(floor_count), f"{floor_s:.2f}", f"{floor_count / floor_s:.0f}",
                       f"{floor_cpu:.2f}", f"{floor_count / floor_cpu:.0f}", "")  # fmt: skip
-        for workers in (1, 2):
-            with console.status(f"{workers} live worker(s) working through a backlog…"):
-                timeline = args.timeline if workers == 1 else None
-                run = live_worker_rate(
-                    bootstrap, home, args.rollouts, rng, args.calls, workers, timeline
-                )
-            label = "live worker" if workers == 1 else f"{workers} live workers in one group"
-            rate = run.events / run.seconds
-            table.add_row(f"{label} (sink on), backlog of {args.rollouts} rollouts",
-                          str(run.events), f"{run.seconds:.2f}", f"{rate:.0f}",
-                          f"{run.cpu_s:.2f}", f"{run.events / run.cpu_s:.0f}",
-                          f"{run.peak_rss_mb:.0f}")  # fmt: skip
-            ratios.append(
-                f"{workers} worker(s) {rate / replay_rate:.2f}x "
-                f"(to the last trajectory {run.events / run.to_trajectories / replay_rate:.2f}x; "
-                f"a CPU-second {run.events / run.cpu_s * replay_cpu / count:.2f}x)"
-            )
-            end_of_log.append(f"{workers} worker(s) {run.end_of_log_s:.1f} s")
+        ratios, end_of_log = live_worker_rows(
+            table, console, bootstrap, home, args, rng, (count, elapsed, replay_cpu)
+        )
         with console.status(f"live worker holding {args.inflight} rollouts in flight…"):
             held, seconds, peak = live_worker_inflight_rss(
                 bootstrap, home, args.inflight, rng, args.calls

@@ -59,6 +59,8 @@ class ProgressView:
     staleness_max: int | None = None
     domains: tuple[DomainView, ...] = ()
     """Per domain, when the run plays more than one."""
+    stalled: tuple[str, ...] = ()
+    """The streams worker's stalled stages, each with how long and why (its ``/health``)."""
 
     @property
     def window(self) -> int:
@@ -74,6 +76,7 @@ def progress_view(
     rollouts_per_s: float,
     pipeline: PipelineSnapshot,
     served_version: int,
+    stalled: tuple[str, ...] = (),
 ) -> ProgressView:
     """The numbers of one moment of a run."""
     recent = episodes[-RECENT:]
@@ -100,6 +103,7 @@ def progress_view(
         domains=tuple(domain_view(n, episodes, pipeline.trained_by_domain) for n in names)
         if len(names) > 1
         else (),
+        stalled=stalled,
     )
 
 
@@ -142,6 +146,7 @@ def format_progress_line(view: ProgressView) -> str:
     else:
         parts.append("staleness -")
     parts += [_domain_text(d) for d in view.domains]
+    parts += [f"STALLED streams {stage}" for stage in view.stalled]
     return " | ".join(parts)
 
 
@@ -164,6 +169,8 @@ def progress_table(view: ProgressView, title: str) -> Table:
                       " policy versions")  # fmt: skip
     for domain in view.domains:
         table.add_row(f"domain {domain.name}", _domain_text(domain).removeprefix(domain.name + " "))
+    for stage in view.stalled:
+        table.add_row("[bold red]STALLED[/bold red]", f"streams {stage}")
     return table
 
 

@@ -38,6 +38,7 @@ from forge_rl.pipeline_watch import PipelineWatch
 from forge_rl.progress import ProgressView, progress_display, progress_view, status
 from forge_rl.report_data import run_started
 from forge_rl.run_config import RunSettings
+from forge_rl.streams_health import PipelineStalledError, stalled_stages
 from forge_rl.supervisor import Child, Supervisor, log_tail
 from infra.config import InfraSettings
 from infra.local_broker import free_port
@@ -59,6 +60,9 @@ class RunState:
     served_version: int = 0
     version_seen_at: float | None = None
     """Wall time at which the engine was first seen serving ``until_policy``."""
+    stalled: tuple[str, ...] = ()
+    """The streams worker's stalled stages when last asked."""
+    health_asked_at: float = 0.0
 
 
 def reset_state(infra: InfraSettings) -> None:
@@ -97,6 +101,8 @@ def _crash_message(child: Child) -> str:
     )
 
 
+HEALTH_EVERY_S = 5.0
+"""How often the run asks the streams worker which of its stages are stalled."""
 AGENTS_STOP_S = 30.0
 """After Ctrl-C, how long the episodes running get to kill their agents and close."""
 
@@ -266,6 +272,7 @@ class Runner:
                         await asyncio.gather(agents, return_exceptions=True)
                         raise ChildCrashedError(_crash_message(child))
                     await self._poll_version(http)
+                    await self._poll_streams_health()
                     display.show(self.progress(watch))
                     await asyncio.wait({agents}, timeout=0.5)
             display.show(self.progress(watch))
@@ -281,6 +288,11 @@ class Runner:
         target = self.settings.until_policy
         if target and self.state.version_seen_at is None and self.state.served_version >= target:
             self.state.version_seen_at = time.time()
+
+    async def _poll_streams_health(self) -> None:
+        if time.monotonic() - self.state.health_asked_at >= HEALTH_EVERY_S:
+            self.state.health_asked_at = time.monotonic()
+            self.state.stalled = await stalled_stages(self.web_url)
 
     def _should_stop(self) -> bool:
         s, fleet = self.settings, self.fleet
@@ -309,9 +321,15 @@ class Runner:
             rollouts_per_s=(len(episodes) - count) / (now - then) if now > then else 0.0,
             pipeline=watch.snapshot,
             served_version=self.state.served_version,
+            stalled=self.state.stalled,
         )
 
     # --- end ---------------------------------------------------------------------------------
+
+    def _ended(self, name: str, code: int | None) -> str:
+        if code not in (0, -15):
+            return f"exit {code}"
+        return "stalled" if name == "streams" and self.state.stalled else "ok"
 
     def stop(self) -> None:
         """Stop every process this run started: the services, and the broker if it was ours."""
@@ -321,8 +339,7 @@ class Runner:
             with status(self.console, "stopping gateway, streams worker and trainer…"):
                 codes = self.supervisor.stop_all()
             self.console.print("stopped " + ", ".join(
-                f"{name} ({'ok' if code in (0, -15) else f'exit {code}'})"
-                for name, code in codes.items()))  # fmt: skip
+                f"{name} ({self._ended(name, code)})" for name, code in codes.items()))  # fmt: skip
         if self.started_broker:
             with status(self.console, "stopping the Kafka broker this run started…"):
                 local_broker(self.infra).down()
@@ -352,6 +369,7 @@ def run(settings: RunSettings, infra: InfraSettings, config_file: Path | None,
         learning = run_learning(episodes)
         stored = wait_for_sink(runner.web_url, infra.home, len(episodes),
                                settings.drain_timeout_s, console)  # fmt: skip
+        runner.state.stalled = asyncio.run(stalled_stages(runner.web_url))
         tables = analytics_tables(runner.web_url, infra.home, runner.state.served_version, console)
         print_learning(learning, console)
         if stored < len(episodes):
@@ -375,6 +393,7 @@ def run(settings: RunSettings, infra: InfraSettings, config_file: Path | None,
             **learning.as_record(),
             **episodes_record(episodes),
             "stored_rollouts": stored,
+            "stalled": list(runner.state.stalled),
             "reports": tables,
         }
         (runner.run_dir / "summary.json").write_text(json.dumps(record, indent=2, default=str))
@@ -386,6 +405,13 @@ def run(settings: RunSettings, infra: InfraSettings, config_file: Path | None,
             console.print(f"report: [bold]{page}[/bold]")
         except ForgeError as exc:
             console.print(f"[yellow]report not written: {exc}[/yellow]")
+        if runner.state.stalled:
+            raise PipelineStalledError(
+                f"the streams worker is stalled ({'; '.join(runner.state.stalled)}): "
+                f"{len(episodes) - stored} of {len(episodes)} rollouts never reached the "
+                f"analytics, {watch.snapshot.samples} samples trained; see the streams log in "
+                f"{runner.logs}"
+            )
         return learning.overall
     finally:
         if watch is not None:

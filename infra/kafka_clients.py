@@ -34,6 +34,16 @@ PRODUCER_DURABLE: dict[str, Any] = {
     "compression_type": "zstd",
     "max_request_size": MAX_MESSAGE_BYTES,
 }
+BROKEN_PRODUCER: tuple[type[Exception], ...] = (
+    aiokafka_errors.OutOfOrderSequenceNumber,
+    aiokafka_errors.UnknownProducerId,
+    aiokafka_errors.InvalidProducerEpoch,
+    aiokafka_errors.InvalidProducerIdMapping,
+    aiokafka_errors.InvalidTxnState,
+)
+"""The broker refuses the producer's own state for good — after a broker restart its sequence
+numbers can have a gap, or the broker has forgotten its id: retried, every send fails again.
+Only a new producer, with a new producer id, gets through."""
 BATCH_BYTES = 1 << 20
 """A producer's batch per partition (the live worker's, its sequencer's, the replay's): many
 trajectories or samples (~17 KB each for 2k-token calls). At aiokafka's 16 KB

@@ -19,6 +19,7 @@ The worker shell, here:
 - internal_topics — the worker's own topics: settled marks, claims, watermarks (pure)
 - stall_watch — when an owned partition has gone unfetched too long (pure)
 - stall_refetch — names such a partition in the log and fetches it again (I/O: Faust)
+- stalls — which stages have failed every attempt too long: `/health` and the run say so (pure)
 - pipeline_config — the pipeline file as the worker and a replay apply it (pure)
 - config — pipeline and worker settings, from the pipeline file, config file and env (I/O)
 """

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from dataclasses import dataclass, replace
 from datetime import timedelta
 from functools import partial
@@ -77,6 +78,7 @@ from streams.stage.group_scorer import Settlement
 from streams.stage.group_writes import Topics
 from streams.stage.owned_partitions import OwnedPartitions, Takeover
 from streams.stall_refetch import refetch_stalled_partitions
+from streams.stalls import Stalls
 
 log = logging.getLogger(__name__)
 
@@ -114,7 +116,9 @@ def create_streams_app(
     serve_metrics(metrics.registry, infra.metrics_port, infra.metrics_bind)
     letters = DeadLetters(topics.dlq, settings.app_id)
     buffer = wire_analytics(app, settings, infra, letters)
-    owned = _owned_partitions(app, settings, bootstrap, config, letters, buffer, metrics)
+    stalls = Stalls(settings.stall_limit_s)
+    _add_health_page(app, stalls)
+    owned = _owned_partitions(app, settings, bootstrap, config, letters, buffer, metrics, stalls)
     stage = EventStage(app, settings.events_topic, partitions, generations, horizon, owned,
                        letters, buffer)  # fmt: skip
     add_event_stage(stage, topics.events, group_check_s=settings.group_check_s)
@@ -132,8 +136,19 @@ def create_streams_app(
         group_check_s=settings.group_check_s,
     )  # fmt: skip
     refetch_stalled_partitions(app, generations, settings.events_topic)
-    add_sequencer(app, settings, bootstrap, config, buffer, on_emitted=metrics.samples.inc)
+    add_sequencer(
+        app, settings, bootstrap, config, buffer, on_emitted=metrics.samples.inc, stalls=stalls
+    )
     return app
+
+
+def _add_health_page(app: faust.App, stalls: Stalls) -> None:
+    @app.page("/health")
+    async def health(web: Any, request: Any) -> Any:
+        """200 while every stage moves; 503 naming each stage stalled (``streams.stalls``)."""
+        stalled = stalls.stalled(time.monotonic())
+        body = {"status": "stalled" if stalled else "ok", "stalled": stalled}
+        return web.json(body, status=503 if stalled else 200)
 
 
 def _faust_app(
@@ -220,6 +235,7 @@ def _owned_partitions(
     letters: DeadLetters,
     buffer: SinkBuffer | None,
     metrics: StreamsMetrics,
+    stalls: Stalls,
 ) -> OwnedPartitions:
     timeout = config.longest_group_timeout
 
@@ -236,7 +252,7 @@ def _owned_partitions(
         None if buffer is None else partial(_stored, buffer),
         committed,
         owns=lambda partition: TP(settings.events_topic, partition) in app.consumer.assignment(),
-        rejoin=partial(request_rejoin, app),
+        rejoin=partial(request_rejoin, app), stalls=stalls,
     )  # fmt: skip
 
 

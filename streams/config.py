@@ -73,6 +73,12 @@ class StreamsSettings(ForgeSettings):
         default=1.0, gt=0, description="Analytics rows are batched for at most this long."
     )
     sink: bool = Field(default=True, description="Fill the rollouts and calls tables.")
+    stall_limit_s: float = Field(
+        default=120.0,
+        gt=0,
+        description="A stage whose every attempt has failed this long is reported stalled "
+        "(/health 503, the run's progress line).",
+    )
     stop_timeout_s: float = Field(
         default=30.0, gt=0, description="After SIGTERM, exit with status 1 if not stopped by then."
     )

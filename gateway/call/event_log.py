@@ -8,25 +8,18 @@ from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
 from aiokafka import AIOKafkaProducer
-from aiokafka.errors import (
-    InvalidProducerEpoch,
-    KafkaError,
-    MessageSizeTooLargeError,
-    OutOfOrderSequenceNumber,
-    UnknownProducerId,
-)
+from aiokafka.errors import KafkaError, MessageSizeTooLargeError
 from aiokafka.producer.message_accumulator import BatchBuilder
 from aiokafka.record.default_records import DefaultRecordBatchBuilder
 
 from gateway.errors import EventLogUnavailableError
-from infra.kafka_clients import BATCH_BYTES, durable_producer
+from infra.kafka_clients import BATCH_BYTES, BROKEN_PRODUCER, durable_producer
 from infra.partitioner import RememberingPartitioner
 from schemas import codec
 from schemas.records import Envelope, QueueEntry
 from schemas.topics import MAX_MESSAGE_BYTES
 
 log = logging.getLogger(__name__)
-BROKEN_PRODUCER = (OutOfOrderSequenceNumber, UnknownProducerId, InvalidProducerEpoch)
 _Append = tuple[bytes, Sequence[Envelope], asyncio.Future[None]]
 """One append waiting for its round: the key (its group id), its events, and its answer."""
 

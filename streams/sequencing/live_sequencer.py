@@ -45,12 +45,15 @@ from streams.config import StreamsSettings
 from streams.event_time.scored_through import ScoredHorizon, ScoredThrough, scored_through_topic
 from streams.pipeline_config import PipelineConfig
 from streams.sequencing.sequencer import EventTimeSequencer
+from streams.stalls import Stalls
 
 log = logging.getLogger(__name__)
 MIN_BACKOFF_S, MAX_BACKOFF_S = 0.5, 10.0
 CLAIMS_FRESH = 3
 """Rounds of ``group_check_s`` within which every events partition's last claim must have been
 read for the end of a log to be applied whole: a paused or dead owner's claims stop."""
+SEQUENCER_STAGE = "sequencer"
+"""Its name in ``streams.stalls``: every term failing while the lease is held is a stall."""
 STABLE_TERM_S = 60.0
 """A term that ran this long ended by a new fault: retry it from the shortest backoff."""
 
@@ -78,12 +81,13 @@ def add_sequencer(
     config: PipelineConfig,
     sink: SinkBuffer | None,
     on_emitted: Callable[[int], None] | None = None,
+    stalls: Stalls | None = None,
 ) -> None:
     """The sequencer's task, added to ``app``: every worker runs it, one holds the lease."""
 
     @app.task
     async def sequence() -> None:
-        await run_sequencer(settings, bootstrap, config, sink, on_emitted)
+        await run_sequencer(settings, bootstrap, config, sink, on_emitted, stalls)
 
 
 def transactional_id(settings: StreamsSettings) -> str:
@@ -96,8 +100,11 @@ async def run_sequencer(
     config: PipelineConfig,
     sink: SinkBuffer | None,
     on_emitted: Callable[[int], None] | None = None,
+    stalls: Stalls | None = None,
 ) -> None:
-    """Sequence while this worker holds the lease; stand by otherwise."""
+    """Sequence while this worker holds the lease; stand by otherwise. ``stalls`` is told of
+    each failed term, and of each term that reads its inputs through."""
+    stalls = stalls or Stalls(float("inf"))
     lease = _Lease()
     election = AIOKafkaConsumer(
         bootstrap_servers=bootstrap, group_id=transactional_id(settings), enable_auto_commit=False
@@ -119,6 +126,7 @@ async def run_sequencer(
                     # with this worker and nobody sequencing. A zombie not yet told
                     # by the group may fence the holder once more; each term is exact anyway.
                     fenced = isinstance(failure, ProducerFenced | InvalidProducerEpoch)
+                    stalls.failed(SEQUENCER_STAGE, time.monotonic(), repr(failure))
                     log.warning("sequencer term ended: %s; retrying while the lease is ours",
                                 "fenced" if fenced else repr(failure))  # fmt: skip
                     if time.monotonic() - term_started > STABLE_TERM_S:
@@ -128,8 +136,12 @@ async def run_sequencer(
                 term = None
             if lease.held and term is None:
                 term_started = time.monotonic()
-                term = asyncio.create_task(_sequence(settings, bootstrap, config, sink, on_emitted))
+                running = partial(stalls.succeeded, SEQUENCER_STAGE)
+                term = asyncio.create_task(
+                    _sequence(settings, bootstrap, config, sink, on_emitted, running)
+                )
             elif not lease.held and term is not None:
+                stalls.succeeded(SEQUENCER_STAGE)  # another worker's to report now
                 term.cancel()
                 await asyncio.gather(term, return_exceptions=True)
                 term = None
@@ -174,6 +186,7 @@ async def _sequence(
     config: PipelineConfig,
     sink: SinkBuffer | None,
     on_emitted: Callable[[int], None] | None,
+    on_running: Callable[[], None],
 ) -> None:
     """One term: fence, learn what forge.train holds, rebuild from the inputs, then follow.
 
@@ -211,6 +224,7 @@ async def _sequence(
                 await term.emit(fresh)
                 if on_emitted is not None:
                     on_emitted(len(fresh))
+            on_running()  # a round applied and its samples committed
     finally:
         await term.consumer.stop()
         await term.producer.stop()

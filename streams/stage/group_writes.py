@@ -10,15 +10,17 @@ aborts its open transaction before it reads the marks (``streams.stage.settled_g
 offsets Faust itself acked, never a floor held below open rollouts.
 
 A failure the transaction can be aborted after (the broker away) is retried after a bounded
-backoff, everything not committed kept. A producer fenced, or failed for good, commits
-nothing more: ``on_failed`` asks for a new generation, whose owner takes the partition over
-afresh.
+backoff, everything not committed kept. A producer fenced, failed for good, or whose own state
+the broker refuses (``BROKEN_PRODUCER``: after a broker restart, a gap in its sequence numbers
+fails every retry) commits nothing more: ``on_failed`` asks for a new generation, whose owner
+takes the partition over afresh with a new producer and redoes what was not committed.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
@@ -26,11 +28,12 @@ from aiokafka import AIOKafkaProducer, TopicPartition
 from aiokafka.errors import ProducerFenced
 from aiokafka.structs import OffsetAndMetadata
 
-from infra.kafka_clients import BATCH_BYTES, PRODUCER_DURABLE
+from infra.kafka_clients import BATCH_BYTES, BROKEN_PRODUCER, PRODUCER_DURABLE
 from schemas import codec
 from streams.event_time.watermarks import EventsProgress, newest_metadata
 from streams.stage.events_partition import EventsPartition
 from streams.stage.group_scorer import Settlement
+from streams.stalls import Stalls
 
 log = logging.getLogger(__name__)
 
@@ -41,6 +44,14 @@ MIN_BACKOFF_S, MAX_BACKOFF_S = 0.5, 30.0
 class Topics:
     trajectories: str
     marks: str
+
+
+PARTITION_STAGE = "events partition "
+"""How ``streams.stalls`` names the work of one events partition: this and its number."""
+
+
+def stage_name(partition: int) -> str:
+    return f"{PARTITION_STAGE}{partition}"
 
 
 def transactional_id(app_id: str, partition: int) -> str:
@@ -75,6 +86,7 @@ class GroupWrites:
         before_commit: Callable[[], Awaitable[None]] | None = None,
         on_committed: Callable[[list[Settlement]], None] | None = None,
         on_failed: Callable[[GroupWrites], Awaitable[None]] | None = None,
+        stalls: Stalls | None = None,
     ) -> None:
         self.producer = producer
         self.events = events
@@ -85,6 +97,7 @@ class GroupWrites:
         self.before_commit = before_commit
         self.on_committed = on_committed
         self.on_failed = on_failed
+        self.stalls = stalls
         self.failed = False
         """Fenced, or the producer failed for good: nothing more is committed here."""
         self._new: list[Settlement] = []
@@ -128,11 +141,14 @@ class GroupWrites:
                 return
             try:
                 await self._transaction(self._attempt, self._forgetting, floor)
-            except ProducerFenced:
+            except ProducerFenced as fenced:
+                self._attempt_failed(fenced)
                 await self._fail("fenced: another producer has its id")
                 return
             except Exception as error:  # aiokafka raises more than KafkaError (IllegalOperation)
-                if _fatal(self.producer) or not await self._aborted():
+                self._attempt_failed(error)
+                broken = isinstance(error, BROKEN_PRODUCER) or _fatal(self.producer)
+                if broken or not await self._aborted():
                     await self._fail(f"the producer failed ({error!r})")
                     return
                 log.warning("%s: a transaction failed (%r): again in %.1f s", self.events,
@@ -141,12 +157,19 @@ class GroupWrites:
                 backoff = min(MAX_BACKOFF_S, 2 * backoff)
                 continue
             backoff = MIN_BACKOFF_S
+            if self.stalls is not None:
+                self.stalls.succeeded(stage_name(self.events.partition))
             self._floor = floor
             done, self._attempt, self._forgetting = self._attempt, [], []
             for settlement in done:
                 self.partition.written(settlement.group)
             if self.on_committed is not None:
                 self.on_committed(done)
+
+    def _attempt_failed(self, error: Exception) -> None:
+        if self.stalls is not None:
+            stage = stage_name(self.events.partition)
+            self.stalls.failed(stage, time.monotonic(), repr(error))
 
     async def _fail(self, why: str) -> None:
         log.warning("%s: %s; nothing more is committed by this producer", self.events, why)

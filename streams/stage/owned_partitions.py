@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -26,8 +27,15 @@ from streams.pipeline_config import PipelineConfig
 from streams.stage.dead_letters import DeadLetters
 from streams.stage.events_partition import EventsPartition
 from streams.stage.group_scorer import Settlement
-from streams.stage.group_writes import GroupWrites, Topics, start_producer
+from streams.stage.group_writes import (
+    PARTITION_STAGE,
+    GroupWrites,
+    Topics,
+    stage_name,
+    start_producer,
+)
 from streams.stage.settled_groups import SettledGroups, read_marks
+from streams.stalls import Stalls
 
 log = logging.getLogger(__name__)
 
@@ -62,15 +70,18 @@ class OwnedPartitions:
         *,
         owns: Callable[[int], bool],
         rejoin: Callable[[], Awaitable[None]],
+        stalls: Stalls | None = None,
     ) -> None:
         """``owns``: whether an events partition is in the consumer's assignment now;
-        ``rejoin``: asks the group for a new generation."""
+        ``rejoin``: asks the group for a new generation; ``stalls``: told of each takeover's
+        and each transaction's outcome, per partition."""
         self.takeover = takeover
         self.letters = letters
         self.before_commit = before_commit
         self.on_committed = on_committed
         self.owns = owns
         self.rejoin = rejoin
+        self.stalls = stalls
         self._generation = -1
         self._revoked = -1
         """Generations up to this one are over: their partitions are being handed out."""
@@ -110,6 +121,8 @@ class OwnedPartitions:
                 try:
                     await self._take_over(state, partition)
                 except (KafkaError, TimeoutError) as error:
+                    if self.stalls is not None:
+                        self.stalls.failed(stage_name(partition), time.monotonic(), repr(error))
                     log.warning("taking over events partition %d failed (%r): again in %.0f s",
                                 partition, error, RETRY_S)  # fmt: skip
                     await asyncio.sleep(RETRY_S)
@@ -155,12 +168,21 @@ class OwnedPartitions:
         self._writers[partition] = GroupWrites(
             producer, events, t.consumer_group, work, state.progress, t.topics,
             before_commit=self.before_commit, on_committed=self.on_committed,
-            on_failed=self._failed,
+            on_failed=self._failed, stalls=self.stalls,
         )  # fmt: skip
+        if self.stalls is not None:
+            self.stalls.succeeded(stage_name(partition))
 
     def _new_generation(self, generation: int) -> None:
         self._stop_writers()
+        if self.stalls is not None:  # a partition handed to another worker is its to report
+            self.stalls.keep_only(self._still_ours)
         self._generation = generation  # the locks stay: a takeover still on its way ends first
+
+    def _still_ours(self, stage: str) -> bool:
+        if not stage.startswith(PARTITION_STAGE):
+            return True
+        return self.owns(int(stage.removeprefix(PARTITION_STAGE)))
 
     def _stop_writers(self) -> None:
         """What the last generation took over is stopped: its uncommitted outputs are read
