@@ -101,7 +101,12 @@ def gateway(
     domains = settings.domains()  # a bad file is reported before Kafka is asked
     bootstrap = require_bootstrap(infra)
     from gateway.server import serve
+    from infra.lifecycle import ensure_service_topics
+    from schemas.topics import EVENTS, QUEUE
 
+    ensure_service_topics(
+        infra, bootstrap, {EVENTS.name: settings.events_topic, QUEUE.name: settings.queue_topic}
+    )
     console.print(f"gateway on {settings.public_url} ({settings.engine} engine), Kafka {bootstrap}")
     serve(settings, bootstrap, infra.home, domains)
 

@@ -10,6 +10,7 @@ from pydantic_settings import SettingsConfigDict
 
 from infra.replication import Replication
 from infra.settings import ForgeSettings
+from schemas.topics import EVENTS
 
 
 def _default_home() -> Path:
@@ -49,6 +50,12 @@ class InfraSettings(ForgeSettings):
         ge=1,
         description="min.insync.replicas of every topic forge-rl creates; default the "
         "replication factor minus one, at least 1.",
+    )
+    kafka_events_partitions: int = Field(
+        default=EVENTS.partitions,
+        ge=1,
+        description="Partitions of forge.events (and forge.trajectories) when forge-rl creates "
+        "them: one streams worker at most per partition. An existing topic keeps its own.",
     )
     clickhouse_url: str | None = Field(
         default=None, description="http(s)://user:pass@host:port/db; unset means embedded chDB."

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
 
 from infra.analytics import analytics_client, ensure_tables
 from infra.config import InfraSettings
 from infra.kafka_clients import ensure_topics
 from infra.local_broker import BrokerStatus, LocalBroker
-from schemas.topics import ALL_TOPICS
+from schemas.topics import ALL_TOPICS, EVENTS, TRAJECTORIES, TopicSpec
 
 
 @dataclass(frozen=True)
@@ -32,6 +33,27 @@ def local_broker(settings: InfraSettings) -> LocalBroker:
     )
 
 
+def forge_topics(settings: InfraSettings) -> tuple[TopicSpec, ...]:
+    """Every topic forge-rl needs, forge.events and forge.trajectories with the configured
+    partitions."""
+    scaled = {EVENTS.name, TRAJECTORIES.name}
+    return tuple(
+        replace(spec, partitions=settings.kafka_events_partitions) if spec.name in scaled else spec
+        for spec in ALL_TOPICS
+    )
+
+
+def ensure_service_topics(
+    settings: InfraSettings, bootstrap: str, names: Mapping[str, str]
+) -> list[str]:
+    """The topics a service writes, created (partitions and replication from ``settings``)
+    before it produces anything, so none is auto-created with a cluster's defaults: ``names``
+    maps each topic's standard name to the one the service is configured with."""
+    specs = {spec.name: spec for spec in forge_topics(settings)}
+    wanted = tuple(replace(specs[standard], name=name) for standard, name in names.items())
+    return ensure_topics(bootstrap, wanted, settings.kafka_connect_timeout_s, settings.replication)
+
+
 def analytics_location(settings: InfraSettings) -> str:
     return settings.clickhouse_url or f"chdb://{settings.chdb_path}"
 
@@ -45,7 +67,7 @@ def infra_up(settings: InfraSettings, *, with_analytics: bool = True) -> InfraRe
         broker = local_broker(settings)
         bootstrap = broker.up().bootstrap
     created = ensure_topics(
-        bootstrap, ALL_TOPICS, settings.kafka_connect_timeout_s, settings.replication
+        bootstrap, forge_topics(settings), settings.kafka_connect_timeout_s, settings.replication
     )
     if with_analytics:
         client = analytics_client(settings)

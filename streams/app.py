@@ -31,7 +31,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from datetime import timedelta
 from functools import partial
 from typing import Any
@@ -46,6 +46,7 @@ from infra.kafka_clients import (
     ensure_topics,
     topic_partitions,
 )
+from infra.lifecycle import ensure_service_topics
 from infra.metrics_server import StreamsMetrics, serve_metrics
 from infra.partitioner import RememberingPartitioner
 from schemas.errors import ConfigError
@@ -95,9 +96,13 @@ def create_streams_app(
     """The worker's Faust app: its topics made sure of, then the stage, the watermarks and
     claims, the stall refetch and the sequencer wired to the collaborators they share."""
     config = load_pipeline_config(settings.pipeline_file)
-    # The internal topics are partitioned as forge.events is when the group first starts:
-    # grown partitions need a new app_id.
-    partitions = len(topic_partitions(bootstrap, (settings.events_topic,))) or EVENTS.partitions
+    # forge.events and forge.trajectories made sure of before anything is read or written, at
+    # the configured partitions; the internal topics are partitioned as forge.events is when
+    # the group first starts: grown partitions need a new app_id.
+    ensure_service_topics(infra, bootstrap, {
+        EVENTS.name: settings.events_topic, TRAJECTORIES.name: settings.trajectories_topic,
+    })  # fmt: skip
+    partitions = len(topic_partitions(bootstrap, (settings.events_topic,)))
     app = _faust_app(settings, infra, bootstrap, partitions)
     _ensure_own_topics(settings, infra, bootstrap, partitions)
     topics = _Topics.declare(app, settings, partitions)
@@ -186,12 +191,10 @@ def _faust_app(
 def _ensure_own_topics(
     settings: StreamsSettings, infra: InfraSettings, bootstrap: str, partitions: int
 ) -> None:
-    """The internal topics and forge.trajectories created up front (the claims name its
-    partitions); an app id that served another events topic refused."""
+    """The internal topics created up front; an app id that served another events topic
+    refused."""
     ensure_topics(
-        bootstrap,
-        (*internal_topics(settings.app_id, partitions),
-         replace(TRAJECTORIES, name=settings.trajectories_topic)),
+        bootstrap, internal_topics(settings.app_id, partitions),
         timeout_s=infra.kafka_connect_timeout_s, replication=infra.replication,
     )  # fmt: skip
     others = other_events_topics(
