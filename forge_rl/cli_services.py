@@ -3,12 +3,17 @@
 from __future__ import annotations
 
 import sys
+from typing import TYPE_CHECKING
 
 import click
 from rich.table import Table
 
 from forge_rl.cli_root import console, err_console, infra_settings, require_bootstrap
 from infra.settings import load_settings
+
+if TYPE_CHECKING:
+    from infra.local_broker import LocalBroker
+    from infra.local_cluster import LocalCluster
 
 
 @click.group()
@@ -17,15 +22,23 @@ def infra() -> None:
 
 
 @infra.command("up")
+@click.option("--brokers", type=click.IntRange(1, 9),
+              help="Nodes of the local Kafka: 3 is a cluster of combined broker+controller "
+              "nodes, every topic on three (default FORGE_KAFKA_BROKERS, 1).")  # fmt: skip
 @click.pass_context
-def infra_up_cmd(ctx: click.Context) -> None:
+def infra_up_cmd(ctx: click.Context, brokers: int | None) -> None:
     """Start the broker (unless FORGE_KAFKA_BOOTSTRAP is set), create topics and tables."""
     from infra.lifecycle import infra_up
 
     settings = infra_settings(ctx)
+    if brokers is not None:
+        settings = settings.model_copy(update={"kafka_brokers": brokers})
     with console.status("bringing up Kafka and the analytics store…"):
         report = infra_up(settings)
-    where = "local broker" if report.local else "external cluster"
+    nodes = len(report.bootstrap.split(","))
+    where = "external cluster" if not report.local else (
+        f"local cluster of {nodes}" if nodes > 1 else "local broker"
+    )  # fmt: skip
     console.print(f"Kafka ({where}) at [bold]{report.bootstrap}[/bold]")
     if report.topics_created:
         console.print(f"created topics: {', '.join(report.topics_created)}")
@@ -60,21 +73,33 @@ def infra_status_cmd(ctx: click.Context) -> None:
     if settings.kafka_bootstrap:
         table.add_row("kafka", f"external cluster {settings.kafka_bootstrap}")
     else:
-        status = local_broker(settings).status()
-        running = status.running
-        if status.running and status.state and status.rss_bytes is not None:
-            state = status.state
-            table.add_row("kafka", f"running, pid {state.pid}, Kafka {state.version}")
-            table.add_row("bootstrap", state.bootstrap)
-            table.add_row("controller", state.controller)
-            table.add_row("broker RSS", f"{status.rss_bytes / 2**20:.0f} MiB")
-            table.add_row("data", state.data_dir)
-            table.add_row("log", state.log_file)
-        else:
-            table.add_row("kafka", "not running (forge-rl infra up)")
+        running = _local_kafka_rows(table, local_broker(settings))
     console.print(table)
     if not running:
         sys.exit(3)
+
+
+def _local_kafka_rows(table: Table, kafka: LocalBroker | LocalCluster) -> bool:
+    """The local broker's rows, or each node's of a cluster; whether all run."""
+    from infra.local_cluster import LocalCluster
+
+    nodes = kafka.nodes() if isinstance(kafka, LocalCluster) else [kafka]
+    running = True
+    for i, node in enumerate(nodes, start=1):
+        name = f"kafka node {i}" if len(nodes) > 1 else "kafka"
+        status = node.status()
+        running &= status.running
+        if status.running and status.state and status.rss_bytes is not None:
+            state = status.state
+            table.add_row(name, f"running, pid {state.pid}, Kafka {state.version}, "
+                          f"RSS {status.rss_bytes / 2**20:.0f} MiB")  # fmt: skip
+            table.add_row("bootstrap", state.bootstrap)
+            table.add_row("controller", state.controller)
+            table.add_row("data", state.data_dir)
+            table.add_row("log", state.log_file)
+        else:
+            table.add_row(name, "not running (forge-rl infra up)")
+    return running
 
 
 @click.command()

@@ -35,6 +35,13 @@ class InfraSettings(ForgeSettings):
     kafka_port: int = Field(default=29092, ge=0, le=65535, description="0 picks a free port.")
     kafka_controller_port: int = Field(default=29093, ge=0, le=65535)
     kafka_heap: str = Field(default="512m", pattern=r"^\d+[mg]$")
+    kafka_brokers: int = Field(
+        default=1,
+        ge=1,
+        le=9,
+        description="Nodes of the local Kafka: one broker, or a cluster of combined "
+        "broker+controller nodes (`forge-rl infra up --brokers 3`).",
+    )
     kafka_startup_timeout_s: float = Field(default=120.0, gt=0)
     kafka_connect_timeout_s: float = Field(
         default=15.0, gt=0, description="Bounded wait before an unreachable broker is an error."

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
@@ -9,6 +10,7 @@ from infra.analytics import analytics_client, ensure_tables
 from infra.config import InfraSettings
 from infra.kafka_clients import ensure_topics
 from infra.local_broker import BrokerStatus, LocalBroker
+from infra.local_cluster import LocalCluster
 from schemas.topics import ALL_TOPICS, EVENTS, TRAJECTORIES, TopicSpec
 
 
@@ -21,16 +23,31 @@ class InfraReport:
     broker: BrokerStatus | None
 
 
-def local_broker(settings: InfraSettings) -> LocalBroker:
+def local_broker(settings: InfraSettings) -> LocalBroker | LocalCluster:
+    """The local Kafka of ``settings.home``: a cluster when ``kafka_brokers`` asks for one, or
+    when one was started there and not stopped (so `status`, `down` and `run` find it), else
+    the broker alone."""
+    if settings.kafka_brokers > 1:
+        return _cluster(settings, settings.kafka_brokers)
+    layout = settings.home / "kafka-cluster" / "cluster.json"
+    if layout.exists():
+        cluster = _cluster(settings, len(json.loads(layout.read_text())["ports"]))
+        if cluster.started():
+            return cluster
     return LocalBroker(
-        settings.home / "kafka",
-        version=settings.kafka_version,
-        cache_dir=settings.cache_dir,
-        port=settings.kafka_port,
-        controller_port=settings.kafka_controller_port,
-        heap=settings.kafka_heap,
+        settings.home / "kafka", version=settings.kafka_version, cache_dir=settings.cache_dir,
+        port=settings.kafka_port, controller_port=settings.kafka_controller_port,
+        heap=settings.kafka_heap, startup_timeout_s=settings.kafka_startup_timeout_s,
+    )  # fmt: skip
+
+
+def _cluster(settings: InfraSettings, size: int) -> LocalCluster:
+    return LocalCluster(
+        settings.home / "kafka-cluster", size, version=settings.kafka_version,
+        cache_dir=settings.cache_dir, port=settings.kafka_port,
+        controller_port=settings.kafka_controller_port, heap=settings.kafka_heap,
         startup_timeout_s=settings.kafka_startup_timeout_s,
-    )
+    )  # fmt: skip
 
 
 def forge_topics(settings: InfraSettings) -> tuple[TopicSpec, ...]:

@@ -1,4 +1,5 @@
-"""A real single-node Apache Kafka broker (KRaft, broker+controller) run as a child process.
+"""A real Apache Kafka node (KRaft, broker+controller) run as a child process: a broker alone,
+or one node of a local cluster (``infra.local_cluster``).
 
 The broker outlives the command that started it; a JSON state file records its pid and ports
 so that ``down`` stops exactly that process and nothing else.
@@ -44,6 +45,18 @@ class BrokerState:
 
 
 @dataclass(frozen=True)
+class Membership:
+    """A node's place in a local cluster: its id, the controller quorum's voters
+    (``id@host:port,...``), the cluster's id its storage is formatted with, and the cluster's
+    size (every internal topic is replicated across it, one fewer in sync)."""
+
+    node_id: int
+    voters: str
+    cluster_id: str
+    size: int
+
+
+@dataclass(frozen=True)
 class BrokerStatus:
     running: bool
     state: BrokerState | None
@@ -83,8 +96,10 @@ class LocalBroker:
         heap: str = "512m",
         startup_timeout_s: float = 120.0,
         initial_rebalance_delay_ms: int = 0,
+        membership: Membership | None = None,
     ) -> None:
-        """``initial_rebalance_delay_ms``: how long a new consumer group waits for more members
+        """``membership``: this node's place in a cluster; None for a broker alone.
+        ``initial_rebalance_delay_ms``: how long a new consumer group waits for more members
         before its first assignment: 0 by default, as each test's group is new and mostly starts
         alone; Kafka's own default is 3000, so that workers started together share the first
         assignment instead of the first one taking every partition and handing half back."""
@@ -96,6 +111,7 @@ class LocalBroker:
         self.heap = heap
         self.startup_timeout_s = startup_timeout_s
         self.initial_rebalance_delay_ms = initial_rebalance_delay_ms
+        self.membership = membership
         self.state_file = root / "broker.json"
         self.data_dir = root / "data"
         self.log_file = root / "broker.log"
@@ -105,6 +121,13 @@ class LocalBroker:
         current = self.status()
         if current.running and current.state is not None:
             return current.state
+        proc, offset, state = self.launch()
+        self.wait_ready(proc, offset)
+        return state
+
+    def launch(self) -> tuple[subprocess.Popen[bytes], int, BrokerState]:
+        """Start the process, not waiting for it to be ready (a cluster's nodes are ready only
+        once a majority of them runs); its log's offset before the start, for ``wait_ready``."""
         self._forget()
         java = find_java()
         lib = kafka_jars(self.version, self.cache_dir)
@@ -138,8 +161,7 @@ class LocalBroker:
             version=self.version,
         )
         self.state_file.write_text(json.dumps(asdict(state), indent=2))
-        self._wait_ready(proc, offset)
-        return state
+        return proc, offset, state
 
     def down(self, *, purge: bool = False) -> bool:
         """Stop the broker this root started; True if one was running."""
@@ -178,9 +200,19 @@ class LocalBroker:
 
     def _write_config(self, port: int, controller_port: int) -> Path:
         template = string.Template((TEMPLATES / "server.properties").read_text())
+        member = self.membership
+        if member is None:
+            node_id, quorum = 1, f"controller.quorum.bootstrap.servers=127.0.0.1:{controller_port}"
+        else:
+            node_id, quorum = member.node_id, f"controller.quorum.voters={member.voters}"
+        replication = 1 if member is None else min(3, member.size)
         text = template.substitute(
             port=port,
             controller_port=controller_port,
+            node_id=node_id,
+            quorum=quorum,
+            replication=replication,
+            min_insync=max(1, replication - 1),
             log_dir=self.data_dir,
             max_message_bytes=MAX_MESSAGE_BYTES + 1024 * 1024,
             initial_rebalance_delay_ms=self.initial_rebalance_delay_ms,
@@ -190,17 +222,21 @@ class LocalBroker:
         return path
 
     def _format(self, java: str, classpath: str, config: Path) -> None:
+        """A broker alone is its own quorum (``--standalone``); a cluster's nodes share their
+        cluster id and a static quorum of voters, named in their configs."""
+        quorum = ["--standalone"] if self.membership is None else []
+        cluster_id = new_cluster_id() if self.membership is None else self.membership.cluster_id
         cmd = [
             java, "-cp", classpath,
             f"-Dlog4j2.configurationFile={TEMPLATES / 'log4j2.properties'}",
-            "kafka.tools.StorageTool", "format", "--standalone",
-            "--cluster-id", _cluster_id(), "--config", str(config),
+            "kafka.tools.StorageTool", "format", *quorum,
+            "--cluster-id", cluster_id, "--config", str(config),
         ]  # fmt: skip
         result = subprocess.run(cmd, capture_output=True, text=True, check=False)
         if result.returncode != 0:
             raise InfraError(f"formatting Kafka storage failed: {result.stdout}{result.stderr}")
 
-    def _wait_ready(self, proc: subprocess.Popen[bytes], offset: int) -> None:
+    def wait_ready(self, proc: subprocess.Popen[bytes], offset: int) -> None:
         deadline = time.monotonic() + self.startup_timeout_s
         while time.monotonic() < deadline:
             if proc.poll() is not None:
@@ -227,7 +263,7 @@ class LocalBroker:
             return "\n".join(f.read().decode(errors="replace").splitlines()[-lines:])
 
 
-def _cluster_id() -> str:
+def new_cluster_id() -> str:
     """A Kafka cluster id: 16 random bytes, URL-safe base64 without padding.
 
     Like Kafka's Uuid.randomUuid, never one starting with '-': the storage tool would read it

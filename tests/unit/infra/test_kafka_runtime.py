@@ -27,9 +27,9 @@ def test_cached_jars_need_no_maven(monkeypatch, tmp_path):
 
 
 def test_cluster_ids_never_look_like_options():
-    from infra.local_broker import _cluster_id
+    from infra.local_broker import new_cluster_id
 
-    ids = [_cluster_id() for _ in range(2000)]
+    ids = [new_cluster_id() for _ in range(2000)]
     assert not any(i.startswith("-") for i in ids)
     assert all(len(i) == 22 for i in ids)
 
