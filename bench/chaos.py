@@ -16,7 +16,13 @@ per store); once the services are stopped the union of those tables is compared 
 rebuild from the log by `forge-rl replay --sink` in a fresh FORGE_HOME (``chaos_analytics``).
 
     python bench/chaos.py [--minutes 3] [--seed 1] [--agents 2] [--think 2] [--home DIR]
-                          [--max-wall S]
+                          [--max-wall S] [--brokers 3] [--kinds broker,controller,majority]
+
+With --brokers 3 the run has a local cluster of three (``forge-rl infra up --brokers 3``) and
+its broker faults are kill -9s: of one broker that does not lead the controller quorum
+(``broker``), of the active controller (``controller``), and, when --kinds names it, of a
+majority (``majority``: the gateway must fail closed). The agents' refused or unanswered
+requests are counted per kind of fault; with one broker lost there must be none.
 
 Prints progress (one plain line every 10 s when not a terminal), the faults with their
 recovery times, and a table of the checks; writes DIR/chaos-summary.json. Exit code 1 when
@@ -54,7 +60,14 @@ sys.path.append(str(HERE / "chaoslib"))  # the run's fleet, log reader and check
 import httpx  # noqa: E402
 import yaml  # noqa: E402
 from chaos_analytics import compare_analytics  # noqa: E402
-from chaos_checks import Recovery  # noqa: E402
+from chaos_checks import Check, Recovery  # noqa: E402
+from chaos_cluster import (  # noqa: E402
+    FaultWindow,
+    kill_nodes,
+    one_broker_lost_check,
+    troubles_by_kind,
+    victims,
+)
 from chaos_fleet import REQUEST_BUDGET_S, Fleet  # noqa: E402
 from chaos_log import LogState, LogWatch, Verdict, drain, judge  # noqa: E402
 from chaos_store import read_tables, rebuild_tables, wait_consumed  # noqa: E402
@@ -65,11 +78,16 @@ from rich.table import Table  # noqa: E402
 from infra.config import InfraSettings  # noqa: E402
 from infra.lifecycle import infra_up, local_broker  # noqa: E402
 from infra.local_broker import free_port, stable_port  # noqa: E402
+from infra.local_cluster import LocalCluster  # noqa: E402
 from infra.machine import machine_line  # noqa: E402
 from schemas.errors import ForgeError, InfraError  # noqa: E402
 from schemas.topics import EVENTS, METRICS  # noqa: E402
 
 KINDS = ("gateway", "streams-a", "streams-b", "trainer", "pause", "broker")
+CLUSTER_KINDS = (*KINDS, "controller")
+"""On a cluster: ``broker`` kills one broker with -9, ``controller`` the active controller."""
+MAJORITY_DOWN_S = 20.0
+"""A majority down this long: past the gateway's produce timeout, so agents are answered 503."""
 WORKERS = ("streams-a", "streams-b")
 APP_ID = "chaos-streams"
 PAUSE_S = 15.0
@@ -184,11 +202,11 @@ class Plan:
     down_s: float
 
 
-def fault_plan(seed: int) -> Iterator[Plan]:
+def fault_plan(seed: int, kinds_asked: tuple[str, ...] = KINDS) -> Iterator[Plan]:
     """The seeded schedule: rounds of every kind once, shuffled; gaps and down times drawn."""
     rng = random.Random(seed)
     while True:
-        kinds = list(KINDS)
+        kinds = list(kinds_asked)
         rng.shuffle(kinds)
         for kind in kinds:
             target = rng.choice(WORKERS) if kind == "pause" else kind
@@ -211,6 +229,8 @@ class Run:
     broker_port_waits: list[float] = field(default_factory=list)
     max_wall_s: float = float("inf")
     """Every wait is cut short so that the run, checks and shutdown included, ends by then."""
+    brokers: int = 1
+    kinds: tuple[str, ...] = KINDS
     started: float = field(default_factory=time.time)
     watch: LogWatch | None = None
     fleet: Fleet | None = None
@@ -219,14 +239,28 @@ class Run:
     def __post_init__(self) -> None:
         self.logs = self.home / "logs"
         self.logs.mkdir(parents=True, exist_ok=True)
-        self.infra = InfraSettings(  # its own broker, to restart, whatever the environment names
-            home=self.home, kafka_port=stable_port(), kafka_controller_port=stable_port(),
-            kafka_bootstrap=None,
-        )  # fmt: skip
-        self.bootstrap = f"127.0.0.1:{self.infra.kafka_port}"
+        if self.brokers == 1:
+            self.infra = InfraSettings(  # its own broker, to restart, whatever the env names
+                home=self.home, kafka_port=stable_port(), kafka_controller_port=stable_port(),
+                kafka_bootstrap=None,
+            )  # fmt: skip
+            self.bootstrap = f"127.0.0.1:{self.infra.kafka_port}"
+        else:  # its own cluster, the ports chosen once and kept across restarts
+            self.infra = InfraSettings(
+                home=self.home, kafka_brokers=self.brokers, kafka_port=0,
+                kafka_controller_port=0, kafka_bootstrap=None,
+            )  # fmt: skip
+            ports = self.cluster().layout().ports
+            self.bootstrap = ",".join(f"127.0.0.1:{port}" for port in ports)
+        self.rng = random.Random(f"{self.seed}-brokers")
         self.admin_key = secrets.token_urlsafe(24)
         self.gateway_url = f"http://127.0.0.1:{stable_port()}"  # restarted on the same port
         self.pipeline_file = self.home / "pipeline.yaml"
+
+    def cluster(self) -> LocalCluster:
+        kafka = local_broker(self.infra)
+        assert isinstance(kafka, LocalCluster)
+        return kafka
 
     def say(self, line: str) -> None:
         with self._lock:
@@ -350,7 +384,14 @@ class Run:
     def inject(self, plan: Plan) -> Fault:
         fault = Fault(plan.kind, plan.target, at=time.time())
         self.faults.append(fault)
-        if plan.kind == "broker":
+        if plan.kind in ("broker", "controller", "majority") and self.brokers > 1:
+            nodes = victims(self.cluster(), plan.kind, self.rng)
+            fault.target = kill_nodes(nodes)
+            self.say(f"fault: kill -9 {plan.kind} ({fault.target})")
+            time.sleep(MAJORITY_DOWN_S if plan.kind == "majority" else plan.down_s)
+            self._broker_up()
+            fault.back = time.time()
+        elif plan.kind == "broker":
             self.say("fault: stopping the Kafka broker")
             broker = local_broker(self.infra)
             broker.down()
@@ -428,7 +469,7 @@ class Run:
         watch = self.watch
         if not self.wait_for(lambda: watch.last_step() > 0, max(60.0, deadline - time.time())):
             self.say("[red]no training step before the end of the run[/red]")
-        for plan in fault_plan(self.seed):
+        for plan in fault_plan(self.seed, self.kinds):
             if time.time() + plan.gap_s + FAULT_ROOM_S >= deadline:
                 break
             self.wait_for(lambda: False, plan.gap_s)
@@ -579,25 +620,45 @@ def compare_stores(run: Run, state: LogState, verdict: Verdict) -> None:
     run.say(f"analytics compared in {time.monotonic() - started:.0f} s")
 
 
-def print_report(run: Run, verdict: Verdict) -> None:
+def fault_windows(run: Run) -> list[FaultWindow]:
+    """Each fault from its start to its recovery (or the run's end)."""
+    return [FaultWindow(f.kind, f.at, f.recovered_at or time.time()) for f in run.faults]
+
+
+def cluster_checks(run: Run) -> list[Check]:
+    """On a cluster, the agents saw no error while one broker was lost."""
+    if run.brokers == 1 or run.fleet is None:
+        return []
+    troubles = troubles_by_kind(run.fleet.stats, fault_windows(run))
+    return [one_broker_lost_check(troubles, Counter(f.kind for f in run.faults))]
+
+
+def print_report(run: Run, verdict: Verdict, checks: list[Check]) -> None:
     console = run.console
     faults = Table(
-        "#", "at", "fault", "back after", "recovery", title="faults", title_justify="left"
-    )
+        "#", "at", "fault", "back after", "recovery", "agents refused", title="faults",
+        title_justify="left",
+    )  # fmt: skip
+    stats = run.fleet.stats if run.fleet is not None else None
     for i, f in enumerate(run.faults, 1):
         back = f"{f.back - f.at:.1f} s" if f.back is not None else "-"
         took = f"{f.recovery_s:.1f} s" if f.recovery_s is not None else "none"
         target = (
             f"SIGSTOP {f.target} {PAUSE_S:.0f} s"
             if f.kind == "pause"
-            else ("broker restart" if f.kind == "broker" else f"kill -9 {f.target}")
+            else (
+                f"kill -9 {f.kind} ({f.target})"
+                if f.target.startswith("node")
+                else ("broker restart" if f.kind == "broker" else f"kill -9 {f.target}")
+            )
         )
-        faults.add_row(str(i), f"+{f.at - run.started:.0f}s", target, back, took)
+        refused = stats.troubled_between(f.at, f.recovered_at or time.time()) if stats else 0
+        faults.add_row(str(i), f"+{f.at - run.started:.0f}s", target, back, took, str(refused))
     console.print(faults)
     table = Table("check", "result", "", title="chaos run", title_justify="left")
     for name, value in verdict.rows():
         table.add_row(name, value, "")
-    for check in verdict.checks():
+    for check in checks:
         table.add_row(
             check.name, check.detail, "[green]ok[/green]" if check.passed else "[red]FAIL[/red]"
         )
@@ -624,6 +685,10 @@ def main() -> int:
         "--think", type=float, default=2.0, help="an agent's mean pause before each call (s)"
     )
     parser.add_argument("--home", type=Path, help="FORGE_HOME of the run (default: a temp dir)")
+    parser.add_argument("--brokers", type=int, choices=(1, 3), default=1,
+                        help="a broker alone, or a local cluster of three")  # fmt: skip
+    parser.add_argument("--kinds", help="comma-separated kinds of fault (default: every kind "
+                        "but majority); on a cluster also controller and majority")  # fmt: skip
     parser.add_argument(
         "--max-wall",
         type=float,
@@ -634,10 +699,16 @@ def main() -> int:
     print(machine_line(), flush=True)
     if args.minutes <= 0 or args.agents < 1 or args.think < 0:
         parser.error("--minutes must be positive, --agents at least 1, --think not negative")
+    known = (*CLUSTER_KINDS, "majority") if args.brokers > 1 else KINDS
+    default = CLUSTER_KINDS if args.brokers > 1 else KINDS
+    kinds = tuple(args.kinds.split(",")) if args.kinds else default
+    if not set(kinds) <= set(known):
+        parser.error(f"--kinds: one of {', '.join(known)}")
     home = args.home or Path(tempfile.mkdtemp(prefix="forge-chaos-"))
     home.mkdir(parents=True, exist_ok=True)
     console = Console(highlight=False, width=None if sys.stdout.isatty() else 150)
-    run = Run(home.resolve(), args.seed, args.agents, args.think, console, max_wall_s=args.max_wall)
+    run = Run(home.resolve(), args.seed, args.agents, args.think, console,
+              max_wall_s=args.max_wall, brokers=args.brokers, kinds=kinds)  # fmt: skip
     stop_progress = threading.Event()
     interval = 3.0 if console.is_terminal else 10.0
     progress = threading.Thread(
@@ -658,13 +729,17 @@ def main() -> int:
         run.say("stopping every service and the broker this run started…")
         run.stop_all()
     verdict.evidence += log_lines_naming(run.logs, verdict.evidence_names)
-    print_report(run, verdict)
-    checks = verdict.checks()
+    checks = verdict.checks() + cluster_checks(run)
+    print_report(run, verdict, checks)
     summary = {
         "seed": args.seed,
         "minutes": args.minutes,
+        "brokers": args.brokers,
         "home": str(run.home),
         "faults": [asdict(f) | {"recovery_s": f.recovery_s} for f in run.faults],
+        "agents_refused_by_kind": dict(
+            troubles_by_kind(run.fleet.stats, fault_windows(run)) if run.fleet else {}
+        ),
         "broker_port_waits_s": run.broker_port_waits,
         "checks": [asdict(c) for c in checks],
         "rows": dict(verdict.rows()),

@@ -133,10 +133,18 @@ def replay(
 @click.option("--from", "start", help="First offset, or ISO timestamp (inclusive).")
 @click.option("--to", "end", help="End offset, or ISO timestamp (exclusive).")
 @click.option("--out-topic", "target", required=True, help="The new topic to copy it to.")
+@click.option(
+    "--partitions",
+    type=click.IntRange(min=1),
+    help="Partitions of the new topic (default: as many as forge.events has).",
+)
 @click.pass_context
-def rekey_events(ctx: click.Context, start: str | None, end: str | None, target: str) -> None:
-    """Copy forge.events, written keyed by rollout id, to a new topic keyed by group id: what
-    the live worker needs (point FORGE_STREAMS_EVENTS_TOPIC at it)."""
+def rekey_events(
+    ctx: click.Context, start: str | None, end: str | None, target: str, partitions: int | None
+) -> None:
+    """Copy forge.events to a new topic keyed by group id, with as many partitions as asked:
+    for a log written keyed by rollout id, or to grow the partitions (point
+    FORGE_STREAMS_EVENTS_TOPIC and FORGE_GATEWAY_EVENTS_TOPIC at it, with a new app id)."""
     from infra.log_reader import LogRange
     from schemas.topics import EVENTS
     from streams.replay.rekey import rekey_events as copy_rekeyed
@@ -144,7 +152,7 @@ def rekey_events(ctx: click.Context, start: str | None, end: str | None, target:
     bootstrap = require_bootstrap(infra_settings(ctx))
     (from_offset, from_ts), (to_offset, to_ts) = _position(start), _position(end)
     counts = copy_rekeyed(
-        bootstrap, EVENTS, target, LogRange(from_offset, to_offset, from_ts, to_ts)
+        bootstrap, EVENTS, target, LogRange(from_offset, to_offset, from_ts, to_ts), partitions
     )
     console.print(f"{sum(counts.values())} records of {EVENTS.name} read -> {target}")
     for what, count in sorted(counts.items()):

@@ -51,6 +51,8 @@ class AgentStats:
     """Requests still refused (503/429) or unanswered when their retry budget ran out."""
     conflicts_after_unanswered: int = 0
     """A finish or abort answered 409 after an unanswered try: that try had landed."""
+    refusals: list[float] = field(default_factory=list)
+    """Wall time of every answer that was not a 2xx (429 and 503 included)."""
     acknowledged: dict[str, float] = field(default_factory=dict)
     """Rollout id -> wall time its finish was answered 200."""
     ok_times: list[float] = field(default_factory=list)
@@ -61,6 +63,11 @@ class AgentStats:
 
     def first_ok_after(self, moment: float) -> float | None:
         return next((t for t in self.ok_times if t > moment), None)
+
+    def troubled_between(self, start: float, end: float) -> int:
+        """Requests refused or unanswered from ``start`` to ``end`` (wall time)."""
+        refused = sum(start <= at <= end for at in self.refusals)
+        return refused + sum(start <= at <= end for at, _ in self.unanswered)
 
     def count(self, low: int, high: int) -> int:
         return sum(n for (_, code), n in self.codes.items() if low <= code < high)
@@ -200,6 +207,7 @@ class Fleet:
                     s.ok_times.append(time.time())
                     answer: dict[str, Any] = response.json()
                     return answer
+                s.refusals.append(time.time())
                 if code in (429, 503):
                     wait = _retry_after(response)
                     if wait is None:

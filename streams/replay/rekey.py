@@ -1,7 +1,8 @@
-"""`forge-rl rekey-events`: a stretch of forge.events written before it was keyed by group id
+"""`forge-rl rekey-events`: a stretch of forge.events copied to a new topic keyed by each
+rollout's group id, in the order it is read — a log written before it was keyed by group id
 (keyed by rollout id: a group's members spread over partitions, which no one live worker can
-score) copied to a new topic keyed by each rollout's group id, in the order it is read. A
-replay reads either keying; the live worker needs the copy.
+score), or a log grown to more partitions (``--partitions``: in place, a group open across the
+growth would be split). A replay reads either keying; the live worker needs the copy.
 
 Two reads of the source: the first learns each rollout's group from its RolloutStarted, the
 second copies every event under its group's key (a rollout with no start in the stretch keeps
@@ -35,9 +36,12 @@ def groups_of_rollouts(envelopes: Iterable[Envelope]) -> dict[str, str]:
     }
 
 
-def rekey_events(bootstrap: str, source: TopicSpec, target: str, span: LogRange) -> Counter[str]:
-    """Copy ``span`` of ``source`` to ``target`` (created with as many partitions), keyed by
-    group id; what was copied and left out, counted."""
+def rekey_events(
+    bootstrap: str, source: TopicSpec, target: str, span: LogRange, partitions: int | None = None
+) -> Counter[str]:
+    """Copy ``span`` of ``source`` to ``target`` (created with ``partitions``, default as many
+    as the source has), keyed by group id: every group's events on one partition of the copy,
+    however many it has; what was copied and left out, counted."""
     if target == source.name:
         raise ValueError(f"rekey-events copies {source.name} to another topic, not onto itself")
 
@@ -47,7 +51,7 @@ def rekey_events(bootstrap: str, source: TopicSpec, target: str, span: LogRange)
                 yield read.record
 
     groups = groups_of_rollouts(envelopes())
-    partitions = len(topic_partitions(bootstrap, (source.name,))) or EVENTS.partitions
+    partitions = partitions or len(topic_partitions(bootstrap, (source.name,))) or EVENTS.partitions
     ensure_topics(bootstrap, (replace(EVENTS, name=target, partitions=partitions),), timeout_s=30)
     counts: Counter[str] = Counter()
     producer = sync_producer(bootstrap, linger_ms=5, batch_size=BATCH_BYTES)

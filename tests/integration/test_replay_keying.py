@@ -9,7 +9,7 @@ from dataclasses import replace
 
 import pytest
 
-from infra.kafka_clients import Delivered, ensure_topics, sync_producer
+from infra.kafka_clients import Delivered, ensure_topics, sync_producer, topic_partitions
 from infra.log_reader import LogRange, read_log
 from infra.partitioner import RememberingPartitioner
 from schemas import codec
@@ -58,10 +58,12 @@ def test_a_log_keyed_by_rollout_replays_to_what_the_same_log_keyed_by_group_does
     assert samples[True] == samples[False] == reference
 
 
+@pytest.mark.parametrize("partitions", [None, 16])
 def test_a_log_keyed_by_rollout_rekeyed_puts_each_group_on_one_partition_and_replays_the_same(
-    kafka,
+    kafka, partitions
 ):
-    """What the live worker's dead letter for such a log names: `forge-rl rekey-events`."""
+    """What the live worker's dead letter for such a log names: `forge-rl rekey-events`; with
+    ``--partitions``, how a log grows to more partitions."""
     per_rollout, queue = synthetic_log(48, 4, unfinished=frozenset({5, 17}))
     config = PipelineConfig(item_timeout_s=30.0, group_timeout_s=6.0)
     reference = process_log([e for r in per_rollout for e in r], queue, [], config).samples
@@ -69,7 +71,8 @@ def test_a_log_keyed_by_rollout_rekeyed_puts_each_group_on_one_partition_and_rep
     copy = f"test.keying.rekeyed.{uuid.uuid4().hex[:8]}"
     with pytest.raises(ValueError):
         rekey_events(kafka, old.events, old.events.name, LogRange())
-    counts = rekey_events(kafka, old.events, copy, LogRange())
+    counts = rekey_events(kafka, old.events, copy, LogRange(), partitions)
+    assert len(topic_partitions(kafka, (copy,))) == (partitions or old.events.partitions)
     assert counts == {"keyed by group": sum(len(r) for r in per_rollout)}
     groups = {entry.rollout_id: entry.group_id for _, entry in queue}
     placed: dict[str, set[int]] = {}
@@ -78,7 +81,9 @@ def test_a_log_keyed_by_rollout_rekeyed_puts_each_group_on_one_partition_and_rep
         group = groups[read.record.rollout_id]
         assert read.key == group.encode()
         placed.setdefault(group, set()).add(read.partition)
-    assert all(len(partitions) == 1 for partitions in placed.values())
+    assert all(len(found) == 1 for found in placed.values())
+    used = set().union(*placed.values())
+    assert len(used) > old.events.partitions if partitions else used <= {0, 1, 2, 3}
     out = f"test.keying.train.{uuid.uuid4().hex[:8]}"
     run_replay(
         kafka, LogRange(), out, config, sources=replace(old, events=replace(old.events, name=copy))
