@@ -47,11 +47,13 @@ class Topics:
 
 
 PARTITION_STAGE = "events partition "
-"""How ``streams.stalls`` names the work of one events partition: this and its number."""
+"""How ``streams.stalls`` names the work of one events partition: this, its number and the
+step — ``commits`` (its transactions) or ``takeover``, apart, so that a takeover that works
+does not hide commits that keep failing across generations."""
 
 
-def stage_name(partition: int) -> str:
-    return f"{PARTITION_STAGE}{partition}"
+def stage_name(partition: int, step: str = "commits") -> str:
+    return f"{PARTITION_STAGE}{partition} {step}"
 
 
 def transactional_id(app_id: str, partition: int) -> str:

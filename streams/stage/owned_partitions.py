@@ -122,7 +122,8 @@ class OwnedPartitions:
                     await self._take_over(state, partition)
                 except (KafkaError, TimeoutError) as error:
                     if self.stalls is not None:
-                        self.stalls.failed(stage_name(partition), time.monotonic(), repr(error))
+                        stage = stage_name(partition, "takeover")
+                        self.stalls.failed(stage, time.monotonic(), repr(error))
                     log.warning("taking over events partition %d failed (%r): again in %.0f s",
                                 partition, error, RETRY_S)  # fmt: skip
                     await asyncio.sleep(RETRY_S)
@@ -171,7 +172,7 @@ class OwnedPartitions:
             on_failed=self._failed, stalls=self.stalls,
         )  # fmt: skip
         if self.stalls is not None:
-            self.stalls.succeeded(stage_name(partition))
+            self.stalls.succeeded(stage_name(partition, "takeover"))
 
     def _new_generation(self, generation: int) -> None:
         self._stop_writers()
@@ -182,7 +183,7 @@ class OwnedPartitions:
     def _still_ours(self, stage: str) -> bool:
         if not stage.startswith(PARTITION_STAGE):
             return True
-        return self.owns(int(stage.removeprefix(PARTITION_STAGE)))
+        return self.owns(int(stage.removeprefix(PARTITION_STAGE).split()[0]))
 
     def _stop_writers(self) -> None:
         """What the last generation took over is stopped: its uncommitted outputs are read

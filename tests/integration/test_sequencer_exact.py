@@ -206,8 +206,12 @@ def test_a_zombie_sequencer_resumed_after_sigstop_writes_nothing_and_sequencing_
         stop(successor)
 
 
-def test_kill_9_of_one_of_two_workers_the_other_takes_over_with_the_replays_result(kafka, tmp_path):
-    """Two workers share the partitions; one is killed with -9 and, right after, a second
+@pytest.mark.parametrize(("workers_n", "partitions"), [(2, 4), (4, 16)])
+def test_kill_9_of_one_worker_the_others_take_over_with_the_replays_result(
+    kafka, tmp_path, workers_n, partitions
+):
+    """Workers share the partitions (two on four, and four on sixteen, the scale
+    docs/running.md sizes a Forge run for); one is killed with -9 and, right after, a second
     part of the log lands with groups that time out (a member never ends). Until the dead
     worker's partitions move (its session expires) their members are unread: the shared
     event-time horizon must not time their groups out without them, nor may the survivor's
@@ -215,19 +219,21 @@ def test_kill_9_of_one_of_two_workers_the_other_takes_over_with_the_replays_resu
     worker's scorer partitions to claim their trajectories written (docs/streams.md, "Sequencing"),
     where a lag on the wall clock applied the groups they scored late, out of order."""
     config = PipelineConfig(item_timeout_s=30.0, group_timeout_s=6.0)
-    names, _, train, _, env = prepared_log(kafka, tmp_path, 0, garbage=False, config=config)
+    names, _, train, _, env = prepared_log(
+        kafka, tmp_path, 0, garbage=False, config=config, events_partitions=partitions
+    )
     env["FORGE_STREAMS_SINK"] = "false"
     first_part = log_part(0, 24, 0.0, unfinished=frozenset({3}))
     second_part = log_part(24, 48, 1000.0, unfinished=frozenset({26, 41, 55, 66}))
     produce(kafka, names, *first_part)
-    workers = [start_worker(env), start_worker(env)]
+    workers = [start_worker(env) for _ in range(workers_n)]
     try:
         wait_for(kafka, train, len(expected(first_part, config=config)), workers)
         workers[1].kill()
         workers[1].wait(10)
         produce(kafka, names, *second_part)
         everything = expected(first_part, second_part, config=config)
-        wait_for(kafka, train, len(everything), workers[:1])
+        wait_for(kafka, train, len(everything), [w for w in workers if w is not workers[1]])
     finally:
         for w in workers:
             if w.poll() is None:

@@ -99,12 +99,19 @@ def prepared_log(
     unfinished: frozenset[int] = frozenset(),
     config: PipelineConfig | None = None,
     faulty: bool = False,
+    events_partitions: int = EVENTS.partitions,
 ):
-    """Fresh topics holding a synthetic log; the worker's env; the replay's expected output."""
+    """Fresh topics holding a synthetic log (forge.events and forge.trajectories with
+    ``events_partitions``); the worker's env; the replay's expected output."""
     suffix = uuid.uuid4().hex[:8]
     sources = (EVENTS, QUEUE, TRAJECTORIES, POLICY, METRICS)
     names = {s.name: f"test.{s.name}.{suffix}" for s in sources}
-    specs = tuple(TopicSpec(names[s.name], s.record, s.partitions, s.configs) for s in sources)
+    scaled = {EVENTS.name, TRAJECTORIES.name}
+    specs = tuple(
+        TopicSpec(names[s.name], s.record,
+                  events_partitions if s.name in scaled else s.partitions, s.configs)
+        for s in sources
+    )  # fmt: skip
     train = derived_train_topic(f"test.forge.train.{suffix}")
     ensure_topics(kafka, (*specs, train), timeout_s=30)
     per_rollout, queue = synthetic_log(rollouts, 4, unfinished)

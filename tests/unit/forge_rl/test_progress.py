@@ -114,13 +114,13 @@ def test_status_is_a_plain_line_without_a_terminal_and_a_terminal_gets_the_live_
 
 
 def test_a_stalled_stage_of_the_streams_worker_is_on_the_line_and_in_the_table():
-    stalled = ("events partition 2 failing for 130 s: OutOfOrderSequenceNumber()",)
+    stalled = ("events partition 2 commits failing for 130 s: OutOfOrderSequenceNumber()",)
     line = format_progress_line(view(stalled=stalled))
     assert line.endswith(
-        "| STALLED streams events partition 2 failing for 130 s: OutOfOrderSequenceNumber()"
+        "| STALLED streams events partition 2 commits failing for 130 s: OutOfOrderSequenceNumber()"
     )
     out = io.StringIO()
     console = Console(file=out, width=200, force_terminal=False)
     with LiveProgress(console, "run") as live:
         live.show(view(stalled=stalled))
-    assert "STALLED" in out.getvalue() and "events partition 2 failing" in out.getvalue()
+    assert "STALLED" in out.getvalue() and "events partition 2 commits failing" in out.getvalue()
