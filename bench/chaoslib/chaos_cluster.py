@@ -47,7 +47,7 @@ def victims(cluster: LocalCluster, kind: str, rng: random.Random) -> list[LocalB
     """The nodes a fault of ``kind`` kills: one broker that does not lead the quorum, the
     leader, or a majority (the leader and one other)."""
     leader = active_controller(cluster)
-    others = [n for n in cluster.nodes() if n is not leader and n.status().running]
+    others = [n for n in cluster.nodes() if _node_id(n) != _node_id(leader) and n.status().running]
     if kind == "broker":
         return [rng.choice(others)]
     if kind == "controller":
@@ -55,6 +55,10 @@ def victims(cluster: LocalCluster, kind: str, rng: random.Random) -> list[LocalB
     majority = len(cluster.nodes()) // 2 + 1
     chosen = [leader] if leader is not None else []
     return chosen + rng.sample(others, majority - len(chosen))
+
+
+def _node_id(node: LocalBroker | None) -> int | None:
+    return None if node is None or node.membership is None else node.membership.node_id
 
 
 def kill_nodes(nodes: Sequence[LocalBroker]) -> str:
