@@ -97,7 +97,13 @@ class GatewaySettings(ForgeSettings):
     default_max_tokens: int = Field(default=256, ge=1)
     rollout_timeout_s: float = Field(default=600.0, gt=0)
     max_body_bytes: int = Field(default=8 * 1024 * 1024, ge=1024)
-    produce_timeout_s: float = Field(default=10.0, gt=0)
+    produce_timeout_s: float = Field(
+        default=30.0,
+        gt=0,
+        description="How long a call's events may take to be acknowledged before it is "
+        "answered 503. Outlasts a leader change on a cluster (a broker killed is fenced after "
+        "broker.session.timeout.ms, 9 s by default, counted from a new controller's election).",
+    )
     access_log: bool = Field(
         default=True,
         description="One line per request in the gateway's log (logger gateway.access): "

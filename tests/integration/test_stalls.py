@@ -1,0 +1,79 @@
+"""A worker whose every commit fails says so: its ``/health`` answers 503 naming the stage
+once the failures outlast the stall limit, and 200 again once a commit goes through — here
+forge.trajectories asks two in-sync copies of a broker that has one, then is given back its
+one (``streams.stalls``). The samples then come out as a replay says."""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+from kafka.admin import ConfigResource, ConfigResourceType
+
+from infra.kafka_clients import admin_client
+from schemas.topics import TRAJECTORIES
+from tests.integration.logged_process import LoggedProcess
+from tests.integration.test_streams_worker import prepared_log, stop, train_samples
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+WORKER = [sys.executable, "-m", "forge_rl.cli", "streams"]
+
+
+def set_min_insync(kafka: str, topic: str, replicas: int) -> None:
+    admin = admin_client(kafka, 30)
+    try:
+        resource = ConfigResource(
+            ConfigResourceType.TOPIC, topic, configs={"min.insync.replicas": str(replicas)}
+        )
+        admin.alter_configs([resource])
+    finally:
+        admin.close()
+
+
+def health(port: int) -> tuple[int, dict]:
+    try:
+        reply = httpx.get(f"http://127.0.0.1:{port}/health", timeout=5)
+    except httpx.HTTPError:
+        return 0, {}
+    return reply.status_code, reply.json()
+
+
+def wait_for_health(port: int, status: int, worker, timeout_s: float = 120) -> dict:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        assert worker.poll() is None, worker.log_tail()
+        code, body = health(port)
+        if code == status:
+            return body
+        time.sleep(1)
+    raise AssertionError(f"/health never answered {status}: {health(port)}\n{worker.log_tail()}")
+
+
+def test_commits_failing_past_the_limit_are_a_503_naming_the_stage_until_one_goes_through(
+    kafka, tmp_path
+):
+    names, _, train, reference, env = prepared_log(kafka, tmp_path, 16, garbage=False)
+    trajectories = names[TRAJECTORIES.name]
+    set_min_insync(kafka, trajectories, 2)  # one broker: every acks=all write refused
+    env = {**env, "FORGE_STREAMS_SINK": "false", "FORGE_STREAMS_STALL_LIMIT_S": "5"}
+    port = int(env["FORGE_STREAMS_WEB_PORT"])
+    worker = LoggedProcess(WORKER, env, Path(env["FORGE_HOME"]) / "logs")
+    try:
+        body = wait_for_health(port, 503, worker)
+        assert body["status"] == "stalled"
+        stalled = [s for s in body["stalled"] if s.endswith(" commits")]
+        assert stalled and all(s.startswith("events partition ") for s in stalled), body
+        assert "NotEnoughReplicas" in " ".join(body["stalled"].values()), body
+        assert train_samples(kafka, train.name) == []
+        set_min_insync(kafka, trajectories, 1)
+        assert wait_for_health(port, 200, worker) == {"status": "ok", "stalled": {}}
+        deadline = time.monotonic() + 120
+        while len(train_samples(kafka, train.name)) < len(reference.samples):
+            assert time.monotonic() < deadline, worker.log_tail()
+            time.sleep(0.5)
+    finally:
+        stop(worker)
+    assert train_samples(kafka, train.name) == reference.samples
