@@ -1,10 +1,12 @@
 """Which of the worker's stages are stuck, and since when (pure).
 
-A stage is stalled when every attempt it has made to move — a partition's transaction, its
-takeover, a sequencer term — has failed for ``limit_s``: the broker refusing a producer, a
-topic gone, a cluster below ``min.insync.replicas``. A success clears it. The worker's
-``/health`` answers 503 naming each stalled stage, and ``forge-rl run`` shows it on its
-progress line and does not end "ok" with it: a run must never stop training silently.
+A stage is stalled when it has not succeeded for ``limit_s`` since it began an attempt — a
+partition's transaction, its takeover, a sequencer term or its commit of samples — whether its
+attempts fail (a producer the broker refuses, a topic gone) or one never ends (a cluster below
+``min.insync.replicas``: the producer retries inside the attempt for good). A success clears
+it. The worker's ``/health`` answers 503 naming each stalled stage, and ``forge-rl run`` shows
+it on its progress line and does not end "ok" with it: a run must never stop training
+silently.
 """
 
 from __future__ import annotations
@@ -16,28 +18,35 @@ from dataclasses import dataclass, field
 @dataclass
 class Stalls:
     limit_s: float
-    _failing_since: dict[str, float] = field(default_factory=dict)
+    _waiting_since: dict[str, float] = field(default_factory=dict)
     _last_error: dict[str, str] = field(default_factory=dict)
 
+    def attempting(self, stage: str, now: float) -> None:
+        """``stage`` begins an attempt at ``now``: it has been waiting since the first attempt
+        after its last success."""
+        self._waiting_since.setdefault(stage, now)
+
     def failed(self, stage: str, now: float, error: str) -> None:
-        """An attempt of ``stage`` failed at ``now``: it has been failing since its first
-        failure after its last success."""
-        self._failing_since.setdefault(stage, now)
+        """An attempt of ``stage`` failed at ``now`` with ``error``."""
+        self._waiting_since.setdefault(stage, now)
         self._last_error[stage] = error
 
     def succeeded(self, stage: str) -> None:
-        self._failing_since.pop(stage, None)
+        self._waiting_since.pop(stage, None)
         self._last_error.pop(stage, None)
 
     def keep_only(self, kept: Callable[[str], bool]) -> None:
         """Forget the stages this worker no longer runs (a partition handed to another)."""
-        for stage in [s for s in self._failing_since if not kept(s)]:
+        for stage in [s for s in self._waiting_since if not kept(s)]:
             self.succeeded(stage)
 
     def stalled(self, now: float) -> dict[str, str]:
-        """Each stage failing for ``limit_s`` or longer: for how long, and its last error."""
-        return {
-            stage: f"failing for {now - since:.0f} s: {self._last_error[stage]}"
-            for stage, since in sorted(self._failing_since.items())
-            if now - since >= self.limit_s
-        }
+        """Each stage without a success for ``limit_s`` or longer: how long, and its last
+        error or that its attempt has not ended."""
+        found = {}
+        for stage, since in sorted(self._waiting_since.items()):
+            if now - since >= self.limit_s:
+                error = self._last_error.get(stage)
+                why = f"failing: {error}" if error else "an attempt that has not ended"
+                found[stage] = f"no success for {now - since:.0f} s, {why}"
+        return found

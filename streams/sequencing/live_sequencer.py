@@ -103,7 +103,7 @@ async def run_sequencer(
     stalls: Stalls | None = None,
 ) -> None:
     """Sequence while this worker holds the lease; stand by otherwise. ``stalls`` is told of
-    each failed term, and of each term that reads its inputs through."""
+    each failed term, each commit of samples begun, and each round a term gets through."""
     stalls = stalls or Stalls(float("inf"))
     lease = _Lease()
     election = AIOKafkaConsumer(
@@ -136,9 +136,8 @@ async def run_sequencer(
                 term = None
             if lease.held and term is None:
                 term_started = time.monotonic()
-                running = partial(stalls.succeeded, SEQUENCER_STAGE)
                 term = asyncio.create_task(
-                    _sequence(settings, bootstrap, config, sink, on_emitted, running)
+                    _sequence(settings, bootstrap, config, sink, on_emitted, stalls)
                 )
             elif not lease.held and term is not None:
                 stalls.succeeded(SEQUENCER_STAGE)  # another worker's to report now
@@ -186,7 +185,7 @@ async def _sequence(
     config: PipelineConfig,
     sink: SinkBuffer | None,
     on_emitted: Callable[[int], None] | None,
-    on_running: Callable[[], None],
+    stalls: Stalls,
 ) -> None:
     """One term: fence, learn what forge.train holds, rebuild from the inputs, then follow.
 
@@ -221,10 +220,11 @@ async def _sequence(
             if sink is not None:
                 sink.add([rollout_row(t, UNSET_STALENESS) for t in sequencer.drain_recorded()])
             if fresh:
-                await term.emit(fresh)
+                stalls.attempting(SEQUENCER_STAGE, time.monotonic())
+                await term.emit(fresh)  # retried inside for good while too few replicas are in sync
                 if on_emitted is not None:
                     on_emitted(len(fresh))
-            on_running()  # a round applied and its samples committed
+            stalls.succeeded(SEQUENCER_STAGE)  # a round applied and its samples committed
     finally:
         await term.consumer.stop()
         await term.producer.stop()

@@ -141,6 +141,8 @@ class GroupWrites:
             floor = self.partition.floor()
             if not self._attempt and not self._forgetting and floor in (None, self._floor):
                 return
+            if self.stalls is not None:
+                self.stalls.attempting(stage_name(self.events.partition), time.monotonic())
             try:
                 await self._transaction(self._attempt, self._forgetting, floor)
             except ProducerFenced as fenced:

@@ -118,6 +118,8 @@ class OwnedPartitions:
             while self._current(state) and partition not in self._writers:
                 if not self.owns(partition):
                     return None
+                if self.stalls is not None:
+                    self.stalls.attempting(stage_name(partition, "takeover"), time.monotonic())
                 try:
                     await self._take_over(state, partition)
                 except (KafkaError, TimeoutError) as error:
