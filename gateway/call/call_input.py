@@ -17,7 +17,12 @@ from typing import Any
 
 import numpy as np
 
-from gateway.call.constraints import Constraint, json_constraint, tool_call_constraint
+from gateway.call.constraints import (
+    Constraint,
+    TokenId,
+    json_constraint,
+    tool_call_constraint,
+)
 from gateway.call.prompts import bridge_base, chat_prompt, restore_arguments
 from gateway.call.recorder import CallInput, CallRecord
 from gateway.call.rendering import Renderer
@@ -71,16 +76,16 @@ class ChatCall:
     """The dialect's name of the field that asked for the JSON output (for a 400)."""
 
 
-def constraint_of(chat: ChatCall, family: str) -> Constraint | None:
+def constraint_of(chat: ChatCall, family: str, token_id: TokenId) -> Constraint | None:
     """What ``chat`` holds its completion to in ``family``'s format, if anything."""
     if chat.forced_tool and chat.json_output:
         raise InvalidRequestError(
             "a forced tool call and a JSON output format exclude each other", param="tool_choice"
         )
     if chat.forced_tool:
-        return tool_call_constraint(family, chat.tools or [], chat.tool_name)
+        return tool_call_constraint(family, chat.tools or [], chat.tool_name, token_id)
     if chat.json_output:
-        return json_constraint(family, chat.json_schema, chat.format_param)
+        return json_constraint(family, chat.json_schema, chat.format_param, token_id)
     return None
 
 
@@ -163,7 +168,7 @@ async def prepare_chat_call(
     chat = replace(chat, messages=restore_arguments(chat.messages, recent))
     turns = message_turns(chat.messages)
     key = render_key(chat.tools, chat.template_kwargs)
-    constraint = constraint_of(chat, renderer.family)
+    constraint = constraint_of(chat, renderer.family, renderer.token_id)
     prompt_ids = await chat_prompt_ids(chat, renderer, recent)
     read = chat.tools if chat.tools and chat.tools_enabled else None
     return _bounded(

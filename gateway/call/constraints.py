@@ -6,8 +6,10 @@ call parses at token boundaries, ``gateway.call.rendering``), the name fixed, th
 to the tool's JSON schema. ``response_format`` ``json_object`` / ``json_schema``: one JSON value
 (an object, or what the schema allows). The same tag is compiled by the embedded engine's
 xgrammar matcher and sent to vLLM as ``structured_outputs.structural_tag`` (whose backend is
-xgrammar too), so both engines hold a call to the same language. Formats whose generation
-prompt opens a reasoning block (MiniMax-M2, Qwen3.5) close it first.
+xgrammar too), so both engines hold a call to the same language. Marker tokens go by id: vLLM
+checks a tag by compiling it without a tokenizer, and refuses one naming a token by its text
+(vLLM 0.32, measured). Formats whose generation prompt opens a reasoning block (MiniMax-M2,
+Qwen3.5) close it first.
 """
 
 from __future__ import annotations
@@ -64,6 +66,9 @@ def _seq(*elements: Format) -> Format:
     return {"type": "sequence", "elements": list(elements)}
 
 
+TokenId = Callable[[str], int | None]
+"""A marker's id in the policy's vocabulary (None: not one entry of it)."""
+
 CallFormat = Callable[[str, Any], Format]
 """(tool name, its parameters' schema) -> the format of one call to it."""
 
@@ -98,10 +103,25 @@ OPENS_REASONING = frozenset({"minimax-m2", "qwen3.5"})
 """Families whose generation prompt opens ``<think>``: a constrained answer closes it first."""
 
 
-def _after_reasoning(family: str, answer: Format) -> str:
+def _by_id(format_: Format, token_id: TokenId, param: str) -> Format:
+    """``format_`` with each marker token named by its id."""
+    if format_["type"] == "token":
+        found = token_id(format_["token"])
+        if found is None:
+            raise InvalidRequestError(
+                f"the policy's vocabulary has no {format_['token']!r} token to hold the output to",
+                param=param,
+            )
+        return {**format_, "token": found}
+    if "elements" in format_:
+        return {**format_, "elements": [_by_id(e, token_id, param) for e in format_["elements"]]}
+    return format_
+
+
+def _tag(family: str, answer: Format, token_id: TokenId, param: str) -> str:
     if family in OPENS_REASONING:
         answer = _seq(_token("</think>"), _text("\n\n"), answer)
-    return json.dumps({"type": "structural_tag", "format": answer})
+    return json.dumps({"type": "structural_tag", "format": _by_id(answer, token_id, param)})
 
 
 def _tool_schema(tool: Mapping[str, Any]) -> Any:
@@ -110,7 +130,7 @@ def _tool_schema(tool: Mapping[str, Any]) -> Any:
 
 
 def tool_call_constraint(
-    family: str, tools: Sequence[Mapping[str, Any]], name: str | None
+    family: str, tools: Sequence[Mapping[str, Any]], name: str | None, token_id: TokenId
 ) -> Constraint:
     """One call of a tool ``tools`` offers (of the one ``name`` names, when it does)."""
     write = CALL_FORMATS.get(family)
@@ -129,12 +149,12 @@ def tool_call_constraint(
     calls = [write(n, checked_schema(_tool_schema(by_name[n]), "tools")) for n in chosen]
     answer = calls[0] if len(calls) == 1 else {"type": "or", "elements": calls}
     kind = "tool_call" if name is None else f"tool_call:{name}"
-    return Constraint(kind, _after_reasoning(family, answer))
+    return Constraint(kind, _tag(family, answer, token_id, "tool_choice"))
 
 
-def json_constraint(family: str, schema: Any | None, param: str) -> Constraint:
+def json_constraint(family: str, schema: Any | None, param: str, token_id: TokenId) -> Constraint:
     """One JSON value: an object (``schema`` None: ``json_object``), or one ``schema`` allows;
     ``param``: the dialect's name of the field that asked (for a 400)."""
     kind = "json_object" if schema is None else "json_schema"
     answer = _json({"type": "object"} if schema is None else checked_schema(schema, param))
-    return Constraint(kind, _after_reasoning(family, answer))
+    return Constraint(kind, _tag(family, answer, token_id, param))

@@ -55,6 +55,10 @@ class Renderer(Protocol):
         """``render`` for a server: the work done off the event loop."""
         ...
 
+    def token_id(self, token: str) -> int | None:
+        """``token``'s id when the vocabulary holds it as one entry (a call's marker)."""
+        ...
+
     def parse(
         self, completion: Sequence[int], prompt: Sequence[int], tools: Tools
     ) -> ParsedCompletion:
@@ -208,6 +212,9 @@ class FamilyRenderer:
             return await self._chat.encode_chat_off_loop([dict(m) for m in messages], tools)
         return await asyncio.to_thread(self.render, messages, tools, template_kwargs)
 
+    def token_id(self, token: str) -> int | None:
+        return self._chat.token_id(token)
+
     def parse(
         self, completion: Sequence[int], prompt: Sequence[int], tools: Tools
     ) -> ParsedCompletion:
@@ -303,6 +310,9 @@ class TemplateRenderer:
         return await self.tokenizer.encode_chat_off_loop(
             [dict(m) for m in messages], tools, dict(template_kwargs)
         )
+
+    def token_id(self, token: str) -> int | None:
+        return self.tokenizer.token_id(token)
 
     def parse(
         self, completion: Sequence[int], prompt: Sequence[int], tools: Tools

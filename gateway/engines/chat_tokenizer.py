@@ -86,8 +86,8 @@ class ChatTokenizer:
             _compile_jinja_template(template)  # a broken template fails here, not per request
         self.special = _special_tokens(config)
         self.reserved = RESERVED_TEMPLATE_KWARGS | self.special.keys()
-        self.eos_token_id = self._id(self.special.get("eos_token"))
-        self.pad_token_id = self._id(self.special.get("pad_token"))
+        self.eos_token_id = self.token_id(self.special.get("eos_token"))
+        self.pad_token_id = self.token_id(self.special.get("pad_token"))
         self.eos_token_ids = frozenset(
             i for i in (self.eos_token_id, *_generation_eos_ids(model_dir)) if i is not None
         )
@@ -97,7 +97,8 @@ class ChatTokenizer:
         model family's format apart (``gateway.call.families``)."""
         return frozenset(t.content for t in self.backend.get_added_tokens_decoder().values())
 
-    def _id(self, token: str | None) -> int | None:
+    def token_id(self, token: str | None) -> int | None:
+        """The id of ``token`` as one vocabulary entry, None when it is not one."""
         return self.backend.token_to_id(token) if token else None
 
     def __len__(self) -> int:

@@ -61,7 +61,7 @@ CALLING = [n for n in NAMES if n in CALL_FORMATS]
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_a_named_tool_choice_yields_one_well_formed_call_of_that_tool(family, seed):
     name, _, renderer, _ = family
-    constraint = tool_call_constraint(name, TOOLS, "flag")
+    constraint = tool_call_constraint(name, TOOLS, "flag", renderer.token_id)
     ids = sampled(family, constraint.structural_tag, seed)
     parsed = renderer.parse(ids, renderer.render(ASKED, TOOLS, {}), TOOLS)
     assert [c["function"]["name"] for c in parsed.calls] == ["flag"]
@@ -73,7 +73,8 @@ def test_a_named_tool_choice_yields_one_well_formed_call_of_that_tool(family, se
 @pytest.mark.parametrize("family", CALLING, indirect=True)
 def test_required_yields_one_call_of_an_offered_tool(family):
     name, _, renderer, _ = family
-    ids = sampled(family, tool_call_constraint(name, TOOLS, None).structural_tag, seed=3)
+    tag = tool_call_constraint(name, TOOLS, None, renderer.token_id).structural_tag
+    ids = sampled(family, tag, seed=3)
     parsed = renderer.parse(ids, renderer.render(ASKED, TOOLS, {}), TOOLS)
     assert len(parsed.calls) == 1 and parsed.calls[0]["function"]["name"] in ("guess", "flag")
 
@@ -82,20 +83,42 @@ def test_required_yields_one_call_of_an_offered_tool(family):
 @pytest.mark.parametrize("seed", [0, 1])
 def test_a_json_schema_yields_one_value_it_allows(family, seed):
     name, _, renderer, _ = family
-    ids = sampled(family, json_constraint(name, SCHEMA, "response_format").structural_tag, seed)
+    tag = json_constraint(name, SCHEMA, "response_format", renderer.token_id).structural_tag
+    ids = sampled(family, tag, seed)
     parsed = renderer.parse(ids, renderer.render(ASKED, None, {}), None)
     value = json.loads(parsed.content or "")
     assert set(value) == {"digit", "sure"} and 0 <= value["digit"] <= 9
     assert isinstance(value["sure"], bool)
 
 
+@pytest.mark.parametrize("family", CALLING, indirect=True)
+def test_a_tag_compiles_without_a_tokenizer_as_vllm_checks_it(family):
+    """vLLM compiles a structural tag with no tokenizer before it takes the request: a marker
+    named by its text there is a 400 (`Token string resolution requires tokenizer_info`)."""
+    import xgrammar as xgr
+
+    name, _, renderer, _ = family
+    for tag in (
+        tool_call_constraint(name, TOOLS, None, renderer.token_id).structural_tag,
+        json_constraint(name, SCHEMA, "response_format", renderer.token_id).structural_tag,
+    ):
+        xgr.Grammar.from_structural_tag(tag)  # fmt: skip
+
+
+def no_tokens(token: str) -> int | None:
+    return None
+
+
 def test_what_no_engine_can_compile_is_a_400_naming_the_field():
     with pytest.raises(InvalidRequestError) as refused:
-        json_constraint("qwen3", {"type": "nonsense"}, "text.format")
+        json_constraint("qwen3", {"type": "nonsense"}, "text.format", no_tokens)
     assert refused.value.param == "text.format"
     with pytest.raises(InvalidRequestError) as unknown:
-        tool_call_constraint("qwen3", TOOLS, "rm")
+        tool_call_constraint("qwen3", TOOLS, "rm", no_tokens)
     assert unknown.value.param == "tool_choice"
     with pytest.raises(InvalidRequestError) as glm:  # a format without a constrained call
-        tool_call_constraint("glm-4.5", TOOLS, None)
+        tool_call_constraint("glm-4.5", TOOLS, None, no_tokens)
     assert glm.value.param == "tool_choice" and "glm-4.5" in str(glm.value)
+    with pytest.raises(InvalidRequestError) as markerless:  # a vocabulary without the marker
+        tool_call_constraint("qwen3", TOOLS, None, no_tokens)
+    assert markerless.value.param == "tool_choice" and "<tool_call>" in str(markerless.value)
