@@ -13,6 +13,7 @@ import sys
 import time
 from pathlib import Path
 
+import httpx
 import numpy as np
 import pytest
 from kafka import TopicPartition
@@ -27,6 +28,7 @@ from streams.pipeline_config import PipelineConfig
 from streams.replay.pipeline import process_log
 from tests.builders import T0
 from tests.integration.logged_process import LoggedProcess
+from tests.integration.stall_report import stall_report
 from tests.integration.test_streams_worker import prepared_log, send_events, stop, train_samples
 from tests.unit.streams.test_pipeline import rollout
 
@@ -68,7 +70,18 @@ def expected(*parts, config: PipelineConfig | None = None):
 
 def start_worker(env, port: int | None = None):
     env = {**env, "FORGE_STREAMS_WEB_PORT": str(port or free_port())}
-    return LoggedProcess(WORKER, env, Path(env["FORGE_HOME"]) / "logs")
+    worker = LoggedProcess(WORKER, env, Path(env["FORGE_HOME"]) / "logs")
+    worker.env = env
+    return worker
+
+
+def worker_health(worker) -> str:
+    try:
+        reply = httpx.get(f"http://127.0.0.1:{worker.env['FORGE_STREAMS_WEB_PORT']}/health",
+                          timeout=5)  # fmt: skip
+    except httpx.HTTPError as error:
+        return repr(error)
+    return f"{reply.status_code} {reply.text}"
 
 
 def wait_for(kafka, train, count: int, workers, timeout_s: float = 180) -> None:
@@ -76,7 +89,13 @@ def wait_for(kafka, train, count: int, workers, timeout_s: float = 180) -> None:
     while len(train_samples(kafka, train.name)) < count:
         for w in workers:
             assert w.poll() is None, w.log_tail()
-        assert time.monotonic() < deadline, f"forge.train never reached {count} samples"
+        if time.monotonic() > deadline:
+            healths = "\n".join(f"worker {w.pid}: {worker_health(w)}" for w in workers)
+            report = stall_report(kafka, workers[0].env) if workers else ""
+            reached = len(train_samples(kafka, train.name))
+            raise AssertionError(
+                f"forge.train never reached {count} samples ({reached})\n{healths}\n{report}"
+            )
         time.sleep(0.5)
     time.sleep(3)  # nothing more may come
 
