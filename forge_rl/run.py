@@ -39,7 +39,13 @@ from forge_rl.progress import ProgressView, progress_display, progress_view, sta
 from forge_rl.report_data import run_started
 from forge_rl.run_config import RunSettings
 from forge_rl.streams_health import PipelineStalledError, stalled_stages
-from forge_rl.supervisor import Child, Supervisor, log_tail
+from forge_rl.supervisor import (
+    ChildCrashedError,
+    Supervisor,
+    crash_message,
+    log_tail,
+    wait_ready,
+)
 from infra.config import InfraSettings
 from infra.local_broker import free_port
 from infra.settings import load_settings
@@ -48,10 +54,6 @@ from schemas.topics import EVENTS, METRICS, TRAIN
 from trainer.launch import trainer_command
 
 STATE_DIRS = ("trainer", "policies", "clickhouse", "streams")
-
-
-class ChildCrashedError(ForgeError):
-    """A supervised service ended while the run was on."""
 
 
 @dataclass
@@ -75,30 +77,6 @@ def reset_state(infra: InfraSettings) -> None:
     local_broker(infra).down(purge=True)
     for name in STATE_DIRS:
         shutil.rmtree(infra.home / name, ignore_errors=True)
-
-
-def _wait_ready(supervisor: Supervisor, url: str, deadline: float) -> None:
-    while time.monotonic() < deadline:
-        _raise_if_exited(supervisor)
-        try:
-            if httpx.get(url, timeout=2).status_code < 500:
-                return
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.5)
-    raise ForgeError(f"{url} did not come up in time (see the logs)")
-
-
-def _raise_if_exited(supervisor: Supervisor) -> None:
-    for child in supervisor.exited():
-        raise ChildCrashedError(_crash_message(child))
-
-
-def _crash_message(child: Child) -> str:
-    return (
-        f"{child.name} exited with code {child.process.returncode}; "
-        f"its log {child.log_path} ends with:\n{child.tail()}"
-    )
 
 
 HEALTH_EVERY_S = 5.0
@@ -182,8 +160,8 @@ class Runner:
         supervisor.start("gateway", gateway, gateway_env)
         deadline = time.monotonic() + self.settings.startup_timeout_s
         with status(self.console, "starting gateway, streams worker and trainer…"):
-            _wait_ready(supervisor, f"{self.gateway_url}/health", deadline)
-            _wait_ready(supervisor, f"{self.web_url}/", deadline)
+            wait_ready(supervisor, f"{self.gateway_url}/health", deadline)
+            wait_ready(supervisor, f"{self.web_url}/", deadline)
         return bootstrap
 
     def _base_policy(self) -> None:
@@ -270,7 +248,7 @@ class Runner:
                     for child in self.supervisor.exited():
                         agents.cancel()
                         await asyncio.gather(agents, return_exceptions=True)
-                        raise ChildCrashedError(_crash_message(child))
+                        raise ChildCrashedError(crash_message(child))
                     await self._poll_version(http)
                     await self._poll_streams_health()
                     display.show(self.progress(watch))

@@ -11,6 +11,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+import httpx
+
+from schemas.errors import ForgeError
+
 
 @dataclass
 class Child:
@@ -93,3 +97,32 @@ def _signal_group(process: subprocess.Popen[bytes], sig: int) -> None:
         return
     with contextlib.suppress(ProcessLookupError):
         os.killpg(process.pid, sig)
+
+
+class ChildCrashedError(ForgeError):
+    """A supervised service ended while the run was on."""
+
+
+def wait_ready(supervisor: Supervisor, url: str, deadline: float) -> None:
+    """Until ``url`` answers below 500; a child that exits meanwhile is a crash."""
+    while time.monotonic() < deadline:
+        raise_if_exited(supervisor)
+        try:
+            if httpx.get(url, timeout=2).status_code < 500:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.5)
+    raise ForgeError(f"{url} did not come up in time (see the logs)")
+
+
+def raise_if_exited(supervisor: Supervisor) -> None:
+    for child in supervisor.exited():
+        raise ChildCrashedError(crash_message(child))
+
+
+def crash_message(child: Child) -> str:
+    return (
+        f"{child.name} exited with code {child.process.returncode}; "
+        f"its log {child.log_path} ends with:\n{child.tail()}"
+    )
