@@ -59,6 +59,7 @@ from streams.event_time.live_state import Generations, LiveState
 from streams.event_time.scored_through import scored_through_topic
 from streams.event_time.watermark_rounds import (
     add_watermark_follower,
+    hear_watermarks,
     other_events_topics,
     send_watermarks,
 )
@@ -129,11 +130,11 @@ def create_streams_app(
     add_event_stage(stage, topics.events, group_check_s=settings.group_check_s)
     send_watermarks(
         app, generations, owned.writer, events_topic=settings.events_topic,
-        watermarks=topics.marks, group_check_s=settings.group_check_s,
+        watermarks=topics.marks, group_check_s=settings.group_check_s, stalls=stalls,
     )  # fmt: skip
     add_watermark_follower(
         app, bootstrap, watermarks_topic(settings.app_id), settings.events_topic, horizon,
-        horizon_moved,
+        horizon_moved, hear_watermarks(stalls, partitions),
     )  # fmt: skip
     claim_scored_through(
         app, generations, topics.claims, horizon, horizon_moved, bootstrap=bootstrap,

@@ -27,8 +27,9 @@ from kafka import TopicPartition as KafkaTopicPartition
 
 from infra.kafka_clients import async_consumer, sync_consumer
 from streams.event_time.live_state import Generations, LiveState
-from streams.event_time.watermarks import SharedHorizon, decode_round, encode_round
+from streams.event_time.watermarks import SharedHorizon, Watermark, decode_round, encode_round
 from streams.faust_transport import consumer_generation
+from streams.stalls import Stalls, stage_name, watermarks_stage
 
 log = logging.getLogger(__name__)
 
@@ -41,9 +42,11 @@ def send_watermarks(
     events_topic: str,
     watermarks: faust.types.TopicT,
     group_check_s: float,
+    stalls: Stalls,
 ) -> None:
     """Adds the sending task to ``app``; ``take_over`` sets up an owned partition that has
-    had no record yet in this generation, so every owned partition has a mark and a claim."""
+    had no record yet in this generation, so every owned partition has a mark and a claim.
+    ``stalls`` hears of each owned partition with records to read that processes none."""
 
     async def send_round(state: LiveState) -> None:
         owned = {tp.partition for tp in app.consumer.assignment() if tp.topic == events_topic}
@@ -56,6 +59,7 @@ def send_watermarks(
         ends = await app.consumer.highwaters(*tps)  # asked of the broker now, not cached
         now = time.monotonic()
         marks = [state.progress.mark(tp.partition, ends.get(tp), now) for tp in tps]
+        tell_reads(stalls, marks, now)
         key = round_key(events_topic, tps[0].partition)
         await (await watermarks.send(key=key, value=encode_round(marks), partition=0))
 
@@ -71,6 +75,16 @@ def send_watermarks(
                 await send_round(state)
             except (KafkaError, ConsumerNotStarted, TimeoutError) as error:
                 log.warning("watermarks skipped this round: %s", error)  # the broker away
+
+
+def tell_reads(stalls: Stalls, marks: list[Watermark], now: float) -> None:
+    for mark in marks:
+        stage = stage_name(mark.partition, "reads")
+        if mark.caught_up:
+            stalls.succeeded(stage)
+        else:
+            note = f"records from offset {mark.counted} on not processed"
+            stalls.behind(stage, mark.counted, now, note)
 
 
 def round_key(events_topic: str, lowest_partition: int) -> bytes:
@@ -107,20 +121,40 @@ def add_watermark_follower(
     events_topic: str,
     horizon: SharedHorizon,
     moved: asyncio.Event,
+    heard: Callable[[list[Watermark]], None],
 ) -> None:
     """The following task (``follow_watermarks``), added to ``app``."""
 
     @app.task
     async def read_watermarks() -> None:
-        await follow_watermarks(bootstrap, topic, events_topic, horizon, moved)
+        await follow_watermarks(bootstrap, topic, events_topic, horizon, moved, heard)
+
+
+def hear_watermarks(stalls: Stalls, partitions: int) -> Callable[[list[Watermark]], None]:
+    """What tells ``stalls`` of each partition's marks read: one not heard of for the limit
+    (from now on) holds the horizon."""
+    note = "no watermark of it read: group timeouts wait on its owner"
+    for partition in range(partitions):
+        stalls.heard(watermarks_stage(partition), time.monotonic(), note)
+
+    def heard(marks: list[Watermark]) -> None:
+        for mark in marks:
+            stalls.heard(watermarks_stage(mark.partition), time.monotonic(), note)
+
+    return heard
 
 
 async def follow_watermarks(
-    bootstrap: str, topic: str, events_topic: str, horizon: SharedHorizon, moved: asyncio.Event
+    bootstrap: str,
+    topic: str,
+    events_topic: str,
+    horizon: SharedHorizon,
+    moved: asyncio.Event,
+    heard: Callable[[list[Watermark]], None],
 ) -> None:
     """Read the watermark topic from its start, for good, into ``horizon``: the marks of
     ``events_topic``, a round at a time; what is not a round of watermarks is skipped with a
-    warning. ``moved`` is set after each round read."""
+    warning. ``moved`` is set, and ``heard`` told, after each round read."""
     consumer = async_consumer(bootstrap, enable_auto_commit=False, fetch_max_wait_ms=100)
     await consumer.start()
     try:
@@ -133,10 +167,12 @@ async def follow_watermarks(
                     if _events_topic_of(record.key) != events_topic:
                         continue
                     try:
-                        horizon.read_round(*decode_round(record.value or b""))
+                        marks = decode_round(record.value or b"")
                     except ValueError as error:
                         log.warning("%s@%d is no watermark: %s", topic, record.offset, error)
                     else:
+                        horizon.read_round(*marks)
+                        heard(marks)
                         moved.set()
     finally:
         await consumer.stop()

@@ -33,7 +33,7 @@ from schemas import codec
 from streams.event_time.watermarks import EventsProgress, newest_metadata
 from streams.stage.events_partition import EventsPartition
 from streams.stage.group_scorer import Settlement
-from streams.stalls import Stalls
+from streams.stalls import Stalls, stage_name
 
 log = logging.getLogger(__name__)
 
@@ -44,16 +44,6 @@ MIN_BACKOFF_S, MAX_BACKOFF_S = 0.5, 30.0
 class Topics:
     trajectories: str
     marks: str
-
-
-PARTITION_STAGE = "events partition "
-"""How ``streams.stalls`` names the work of one events partition: this, its number and the
-step — ``commits`` (its transactions) or ``takeover``, apart, so that a takeover that works
-does not hide commits that keep failing across generations."""
-
-
-def stage_name(partition: int, step: str = "commits") -> str:
-    return f"{PARTITION_STAGE}{partition} {step}"
 
 
 def transactional_id(app_id: str, partition: int) -> str:

@@ -27,15 +27,9 @@ from streams.pipeline_config import PipelineConfig
 from streams.stage.dead_letters import DeadLetters
 from streams.stage.events_partition import EventsPartition
 from streams.stage.group_scorer import Settlement
-from streams.stage.group_writes import (
-    PARTITION_STAGE,
-    GroupWrites,
-    Topics,
-    stage_name,
-    start_producer,
-)
+from streams.stage.group_writes import GroupWrites, Topics, start_producer
 from streams.stage.settled_groups import SettledGroups, read_marks
-from streams.stalls import Stalls
+from streams.stalls import PARTITION_STAGE, Stalls, stage_name
 
 log = logging.getLogger(__name__)
 

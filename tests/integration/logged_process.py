@@ -27,6 +27,8 @@ class LoggedProcess(subprocess.Popen[bytes]):
         log_dir.mkdir(parents=True, exist_ok=True)
         handle, name = tempfile.mkstemp(dir=log_dir, prefix="process-", suffix=".log")
         self.log_path = Path(name)
+        self.env = dict(env)
+        """What it was started with: a failing test reads its ports back from it."""
         with open(handle, "wb") as log:
             super().__init__(
                 cmd,

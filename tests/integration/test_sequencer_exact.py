@@ -70,9 +70,7 @@ def expected(*parts, config: PipelineConfig | None = None):
 
 def start_worker(env, port: int | None = None):
     env = {**env, "FORGE_STREAMS_WEB_PORT": str(port or free_port())}
-    worker = LoggedProcess(WORKER, env, Path(env["FORGE_HOME"]) / "logs")
-    worker.env = env
-    return worker
+    return LoggedProcess(WORKER, env, Path(env["FORGE_HOME"]) / "logs")
 
 
 def worker_health(worker) -> str:

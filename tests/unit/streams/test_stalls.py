@@ -36,3 +36,28 @@ def test_a_stage_handed_to_another_worker_is_forgotten():
     stalls.failed("sequencer", 0.0, "e")
     stalls.keep_only(lambda stage: stage == "sequencer")
     assert list(stalls.stalled(5.0)) == ["sequencer"]
+
+
+def test_a_partition_with_records_to_read_is_stalled_once_its_offset_stops_moving():
+    stalls = Stalls(limit_s=60.0)
+    stage = "events partition 1 reads"
+    stalls.behind(stage, 0, 0.0, "records from offset 0 on not processed")
+    stalls.behind(stage, 40, 50.0, "records from offset 40 on not processed")  # it moved
+    stalls.behind(stage, 40, 109.0, "records from offset 40 on not processed")
+    assert stalls.stalled(109.0) == {}  # waiting since 50, when it last moved
+    assert stalls.stalled(110.0) == {stage: "no success for 60 s, records from offset 40 on "
+                                            "not processed"}  # fmt: skip
+    stalls.succeeded(stage)  # caught up
+    stalls.behind(stage, 40, 120.0, "records from offset 40 on not processed")
+    assert stalls.stalled(179.0) == {}
+
+
+def test_a_stage_that_must_speak_regularly_is_stalled_once_silent_for_the_limit():
+    stalls = Stalls(limit_s=60.0)
+    note = "no watermark of it read: group timeouts wait on its owner"
+    for now in (0.0, 30.0, 89.0):
+        stalls.heard("watermarks of events partition 3", now, note)
+    assert stalls.stalled(148.0) == {}
+    assert stalls.stalled(149.0) == {
+        "watermarks of events partition 3": f"no success for 60 s, {note}"
+    }

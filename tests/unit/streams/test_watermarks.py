@@ -7,6 +7,7 @@ from datetime import timedelta
 
 import pytest
 
+from streams.event_time.watermark_rounds import tell_reads
 from streams.event_time.watermarks import (
     EventsProgress,
     SharedHorizon,
@@ -16,6 +17,7 @@ from streams.event_time.watermarks import (
     newest_metadata,
     newest_of_metadata,
 )
+from streams.stalls import Stalls
 from tests.builders import T0
 
 LATENESS = timedelta(seconds=5)
@@ -230,3 +232,15 @@ def test_a_next_owner_reaches_the_newest_event_time_though_it_reads_nothing_agai
     successor.seed(0, 1, earlier.below_floor(0, 1))
     marks = [successor.mark(0, log_end=1, now=10.0 + i * IDLE) for i in range(2)]
     assert rounds(marks[:1], marks[1:]).horizon(1) == at(100)
+
+
+def test_each_partition_behind_in_a_round_is_told_to_the_stalls_and_a_caught_up_one_cleared():
+    stalls = Stalls(limit_s=10.0)
+    behind = Watermark(2, None, caught_up=False, quiet=False, counted=7)
+    tell_reads(stalls, [behind, Watermark(5, None, caught_up=True, quiet=True, counted=3)], 0.0)
+    tell_reads(stalls, [behind], 10.0)
+    assert stalls.stalled(10.0) == {
+        "events partition 2 reads": "no success for 10 s, records from offset 7 on not processed"
+    }
+    tell_reads(stalls, [Watermark(2, None, caught_up=True, quiet=False, counted=9)], 11.0)
+    assert stalls.stalled(30.0) == {}
