@@ -38,6 +38,26 @@ METADATA_TIMEOUT_S = 10.0
 """How long the broker may take to say what an events floor was committed with."""
 
 
+@dataclass
+class RejoinBackoff:
+    """How long a partition's failed producer waits before asking for a new generation
+    (pure): at once the first time, then twice as long each time no transaction of any
+    partition has gone through since, up to ``max_s`` — a topic that refuses every batch
+    would otherwise have the group rebalance without a pause."""
+
+    first_s: float = 1.0
+    max_s: float = 30.0
+    _failures: int = 0
+
+    def next_wait_s(self) -> float:
+        waited = 0.0 if self._failures == 0 else self.first_s * 2 ** (self._failures - 1)
+        self._failures += 1
+        return min(self.max_s, waited)
+
+    def committed(self) -> None:
+        self._failures = 0
+
+
 @dataclass(frozen=True)
 class Takeover:
     """What taking a partition over needs."""
@@ -82,6 +102,7 @@ class OwnedPartitions:
         self._writers: dict[int, GroupWrites] = {}
         self._locks: dict[int, asyncio.Lock] = {}
         self._stopping: set[asyncio.Future[None]] = set()
+        self._backoff = RejoinBackoff()
 
     def _current(self, state: LiveState) -> bool:
         return state.generation == self._generation and state.generation > self._revoked
@@ -136,9 +157,18 @@ class OwnedPartitions:
         partition (another worker's stale takeover fenced it, or aiokafka gave up): a new
         generation takes every partition over afresh. Never a new producer here: a zombie
         doing that would fence the partition's rightful owner."""
-        if self._writers.get(writer.events.partition) is writer:
-            log.warning("%s cannot commit: asking the group for a new generation", writer.events)
+        if self._writers.get(writer.events.partition) is not writer:
+            return
+        wait_s = self._backoff.next_wait_s()
+        log.warning("%s cannot commit: asking the group for a new generation in %.0f s",
+                    writer.events, wait_s)  # fmt: skip
+        await asyncio.sleep(wait_s)
+        if self._writers.get(writer.events.partition) is writer:  # no rebalance meanwhile
             await self.rejoin()
+
+    def _committed(self, settlements: list[Settlement]) -> None:
+        self._backoff.committed()
+        self.on_committed(settlements)
 
     async def _take_over(self, state: LiveState, partition: int) -> None:
         t = self.takeover
@@ -164,7 +194,7 @@ class OwnedPartitions:
         state.partitions[partition] = work
         self._writers[partition] = GroupWrites(
             producer, events, t.consumer_group, work, state.progress, t.topics,
-            before_commit=self.before_commit, on_committed=self.on_committed,
+            before_commit=self.before_commit, on_committed=self._committed,
             on_failed=self._failed, stalls=self.stalls,
         )  # fmt: skip
         if self.stalls is not None:
