@@ -217,8 +217,9 @@ async def _sequence(
                     continue
                 term.backlog = None
             fresh = sequencer.advance(term.watermark())
+            recorded = sequencer.drain_recorded()  # drained with no sink too: else it grows
             if sink is not None:
-                sink.add([rollout_row(t, UNSET_STALENESS) for t in sequencer.drain_recorded()])
+                sink.add([rollout_row(t, UNSET_STALENESS) for t in recorded])
             if fresh:
                 stalls.attempting(SEQUENCER_STAGE, time.monotonic())
                 await term.emit(fresh)  # retried inside for good while too few replicas are in sync
