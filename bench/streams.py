@@ -413,6 +413,10 @@ class SoakPoint:
     samples: int
     """Samples on forge.train when the worker's RSS was read."""
     rss_mb: float
+    anon_mb: float
+    """The part of the RSS no file backs: what a leak grows (the rest is mostly pages of the
+    embedded ClickHouse's 530 MiB library, read in as code paths first run)."""
+    threads: int
     seconds: float
 
 
@@ -434,8 +438,9 @@ def live_worker_soak(bootstrap: str, home: Path, rollouts: int, rng: np.random.G
             assert worker.poll() is None, f"the worker exited: see {home}/soak/worker.log"
             assert time.monotonic() < deadline, f"the worker stalled: see {home}/soak"
             time.sleep(0.2)
-        rss = _tree_rss_mb(worker.pid)
-        points.append(SoakPoint(len(samples.times), rss, time.monotonic() - started))
+        points.append(SoakPoint(len(samples.times), _tree_rss_mb(worker.pid),
+                                _tree_anon_mb(worker.pid), _tree_threads(worker.pid),
+                                time.monotonic() - started))  # fmt: skip
 
     try:
         for first in range(0, rollouts, per_round):
@@ -461,9 +466,12 @@ def draw_soak(path: Path, points: list[SoakPoint]) -> None:
     fig = Figure(figsize=(8, 4))
     FigureCanvasAgg(fig)
     ax = fig.add_subplot()
-    ax.plot([p.samples / 1e6 for p in points], [p.rss_mb for p in points], marker=".")
+    millions = [p.samples / 1e6 for p in points]
+    ax.plot(millions, [p.rss_mb for p in points], marker=".", label="RSS")
+    ax.plot(millions, [p.anon_mb for p in points], marker=".", label="of it backed by no file")
     ax.set_xlabel("rollouts through the worker (millions)")
     ax.set_ylabel("worker RSS (MiB)")
+    ax.legend(loc="lower right")
     ax.set_ylim(0, max(p.rss_mb for p in points) * 1.15)
     ax.set_title("one live worker, RSS as the rollouts go through")
     fig.savefig(path, dpi=100, bbox_inches="tight")
@@ -491,6 +499,9 @@ def soak_main(rollouts: int, plot: Path | None) -> None:
     print(f"RSS at {tenth.samples} samples (10%): {tenth.rss_mb:.0f} MiB; at the end "
           f"({end.samples}): {end.rss_mb:.0f} MiB; end/10% = {end.rss_mb / tenth.rss_mb:.3f}; "
           f"peak {max(p.rss_mb for p in points):.0f} MiB")  # fmt: skip
+    print(f"of it backed by no file: {tenth.anon_mb:.0f} MiB at 10%, {end.anon_mb:.0f} MiB at "
+          f"the end ({end.anon_mb / tenth.anon_mb:.3f}); threads {tenth.threads} at 10%, "
+          f"{end.threads} at the end")  # fmt: skip
     if plot is not None:
         draw_soak(plot, points)
         print(f"plot: {plot}")
@@ -522,6 +533,15 @@ def _tree_cpu_s_of(group: list[subprocess.Popen[bytes]]) -> float:
 
 def _tree_rss_mb(pid: int) -> float:
     return _tree_sum(pid, lambda p: p.memory_info().rss / 2**20)
+
+
+def _tree_anon_mb(pid: int) -> float:
+    """Resident and backed by no file (``shared`` is Linux's RssFile + RssShmem)."""
+    return _tree_sum(pid, lambda p: (p.memory_info().rss - p.memory_info().shared) / 2**20)
+
+
+def _tree_threads(pid: int) -> int:
+    return int(_tree_sum(pid, lambda p: p.num_threads()))
 
 
 def peak_rss_mb() -> float:
