@@ -66,6 +66,7 @@ from streams.event_time.watermark_rounds import (
 from streams.event_time.watermarks import EventsProgress, SharedHorizon
 from streams.faust_transport import (
     BATCHES_BUFFERED,
+    RECORDS_PER_FETCH,
     BatchCountingMonitor,
     Transport,
     consumer_generation,
@@ -126,7 +127,7 @@ def create_streams_app(
     _add_health_page(app, stalls)
     owned = _owned_partitions(app, settings, bootstrap, config, letters, buffer, metrics, stalls)
     stage = EventStage(app, settings.events_topic, partitions, generations, horizon, owned,
-                       letters, buffer)  # fmt: skip
+                       letters, buffer, settings.max_unwritten_rollouts)  # fmt: skip
     add_event_stage(stage, topics.events, group_check_s=settings.group_check_s)
     send_watermarks(
         app, generations, owned.writer, events_topic=settings.events_topic,
@@ -177,6 +178,7 @@ def _faust_app(
         producer_max_batch_size=BATCH_BYTES,
         producer_partitioner=RememberingPartitioner(),
         consumer_max_fetch_size=MAX_MESSAGE_BYTES * 2,
+        broker_max_poll_records=RECORDS_PER_FETCH,
         processing_guarantee="at_least_once",
         # A worker killed with -9 holds its partitions until its session expires.
         broker_session_timeout=10.0,

@@ -73,6 +73,13 @@ class StreamsSettings(ForgeSettings):
         default=1.0, gt=0, description="Analytics rows are batched for at most this long."
     )
     sink: bool = Field(default=True, description="Fill the rollouts and calls tables.")
+    max_unwritten_rollouts: int = Field(
+        default=10_000,
+        ge=1,
+        description="An events partition is read no further while more of its scored rollouts "
+        "than this wait for their transaction: a worker behind a backlog holds this much of it, "
+        "not all of it.",
+    )
     stall_limit_s: float = Field(
         default=120.0,
         gt=0,

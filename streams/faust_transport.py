@@ -100,6 +100,12 @@ BATCHES_BUFFERED = 4
 """Fetched batches (a partition's fetch each, up to 2 messages' size) an agent's stream holds
 before Faust stops fetching for it: Faust's default of 4,096 counts records."""
 
+RECORDS_PER_FETCH = 5000
+"""At most this many records come out of one fetch (Faust's ``broker_max_poll_records``, else
+unbounded): 2 messages' size of small events is ~130 k records, a batch that held the event
+loop 5-7 s (heartbeats and timers late) and, 4 of them buffered, ~500 k records in memory. A
+fetch of 2k-token calls (~9 KB each) holds fewer than this anyway."""
+
 
 def consumer_generation(app: Any) -> int:
     """The consumer-group generation Faust's consumer is in now

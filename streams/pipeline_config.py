@@ -34,8 +34,11 @@ class PipelineConfig:
     drop_uniform_groups: bool = False
     domains: Mapping[str, Domain] = field(default_factory=dict)
 
-    def sequencer(self, consumed: frozenset[int] = frozenset()) -> EventTimeSequencer:
-        """The sequencer this file asks for (``consumed``: indices emitted before a restart)."""
+    def sequencer(
+        self, consumed: frozenset[int] = frozenset(), records: bool = False
+    ) -> EventTimeSequencer:
+        """The sequencer this file asks for (``consumed``: indices emitted before a restart;
+        ``records``: keep each rollout's first completion for analytics to drain)."""
         adaptive = None
         if self.adaptive_window is not None and self.window is not None:
             spec = self.adaptive_window
@@ -48,6 +51,7 @@ class PipelineConfig:
             drop_uniform_groups=self.drop_uniform_groups,
             adaptive=adaptive,
             dedupe_horizon_s=self.dedupe_horizon.total_seconds(),
+            records=records,
         )
 
     def domain(self, name: str) -> Domain:

@@ -207,7 +207,7 @@ async def _sequence(
     term = _Term(settings, bootstrap, sink)
     await term.producer.start()  # init_transactions: an older holder is fenced from here on
     try:
-        sequencer = config.sequencer(consumed=await term.emitted())
+        sequencer = config.sequencer(consumed=await term.emitted(), records=sink is not None)
         await term.consumer.start()
         await term.assign()
         while True:
@@ -217,9 +217,8 @@ async def _sequence(
                     continue
                 term.backlog = None
             fresh = sequencer.advance(term.watermark())
-            recorded = sequencer.drain_recorded()  # drained with no sink too: else it grows
             if sink is not None:
-                sink.add([rollout_row(t, UNSET_STALENESS) for t in recorded])
+                sink.add([rollout_row(t, UNSET_STALENESS) for t in sequencer.drain_recorded()])
             if fresh:
                 stalls.attempting(SEQUENCER_STAGE, time.monotonic())
                 await term.emit(fresh)  # retried inside for good while too few replicas are in sync

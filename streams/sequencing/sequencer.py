@@ -45,6 +45,9 @@ class EventTimeSequencer:
     """How long, in event time, a completion is remembered as applied (and how late one may
     come before it is refused): bounds the memory of a run of any length."""
     stats: Counter[str] = field(default_factory=Counter)
+    records: bool = False
+    """Keep ``recorded`` for analytics; off, it stays empty: a worker without a sink would
+    otherwise hold every trajectory of its run (1.7 KB a rollout)."""
     recorded: list[Trajectory] = field(default_factory=list)
     """Each rollout's first completion applied (not yet drained): the one the FIFO keeps, and
     so the one analytics record — a group scored twice (at-least-once) is in forge.trajectories
@@ -155,7 +158,7 @@ class EventTimeSequencer:
             )
 
     def _record(self, trajectory: Trajectory, at: float) -> None:
-        if self._recorded_ids.first_sight(trajectory.rollout_id, at):
+        if self._recorded_ids.first_sight(trajectory.rollout_id, at) and self.records:
             self.recorded.append(trajectory)
 
     def _forget_before(self, now: float) -> None:

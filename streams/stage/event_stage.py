@@ -43,6 +43,8 @@ class EventStage:
     owned: OwnedPartitions
     letters: DeadLetters
     buffer: SinkBuffer | None
+    max_unwritten_rollouts: int
+    """Reading a partition waits while more than this wait for its transaction."""
 
     def _state(self) -> LiveState | None:
         return self.generations.current(consumer_generation(self.app))
@@ -97,6 +99,7 @@ class EventStage:
             writer = await self.owned.writer(state, event.message.partition)
             if writer is not None:
                 await self.process_batch(state, writer, batch)
+                await writer.wait_unwritten_below(self.max_unwritten_rollouts)
 
     async def settle_timed_out(self) -> None:
         """Open groups past their timeout at the horizon settle, on the partitions whose every

@@ -100,6 +100,8 @@ class GroupWrites:
         self._floor: int | None = None
         """Committed last."""
         self._task: asyncio.Task[None] | None = None
+        self._transaction_over: asyncio.Future[None] | None = None
+        """Resolved as the next transaction ends, committed or not (``wait_unwritten_below``)."""
 
     def add(self, settlements: list[Settlement]) -> None:
         if settlements:
@@ -111,6 +113,29 @@ class GroupWrites:
         if groups:
             self._forgotten.extend(groups)
             self.request()
+
+    def unwritten_rollouts(self) -> int:
+        """Scored rollouts not committed yet: new, or in the transaction on its way."""
+        return sum(len(s.trajectories) for s in (*self._new, *self._attempt))
+
+    async def wait_unwritten_below(self, limit: int) -> None:
+        """Return once at most ``limit`` rollouts wait to be written, or once nothing is being
+        written (the writer failed or stopped: the next generation redoes it). The reader
+        awaits this after each batch, so a backlog is read no faster than it is committed:
+        reading runs ahead of the transactions, and a worker behind a backlog would otherwise
+        hold all of it (~9 KB a rollout) and starve its heartbeats."""
+        while (
+            self.unwritten_rollouts() > limit and self._task is not None and not self._task.done()
+        ):
+            if self._transaction_over is None:
+                self._transaction_over = asyncio.get_running_loop().create_future()
+            await asyncio.wait([self._task, self._transaction_over],
+                               return_when=asyncio.FIRST_COMPLETED)  # fmt: skip
+
+    def _transaction_ended(self) -> None:
+        over, self._transaction_over = self._transaction_over, None
+        if over is not None and not over.done():
+            over.set_result(None)
 
     def request(self) -> None:
         """Commit what is new, and the floor if it moved, unless a commit is on its way (it
@@ -136,10 +161,12 @@ class GroupWrites:
             try:
                 await self._transaction(self._attempt, self._forgetting, floor)
             except ProducerFenced as fenced:
+                self._transaction_ended()
                 self._attempt_failed(fenced)
                 await self._fail("fenced: another producer has its id")
                 return
             except Exception as error:  # aiokafka raises more than KafkaError (IllegalOperation)
+                self._transaction_ended()
                 self._attempt_failed(error)
                 broken = isinstance(error, BROKEN_PRODUCER) or _fatal(self.producer)
                 if broken or not await self._aborted():
@@ -157,6 +184,7 @@ class GroupWrites:
             done, self._attempt, self._forgetting = self._attempt, [], []
             for settlement in done:
                 self.partition.written(settlement.group)
+            self._transaction_ended()
             if self.on_committed is not None:
                 self.on_committed(done)
 

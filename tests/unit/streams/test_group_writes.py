@@ -1,5 +1,6 @@
 """A partition's writer when the broker refuses its producer's own state: it gives the
-partition up to a new generation (a new producer) at once, never retries the same producer."""
+partition up to a new generation (a new producer) at once, never retries the same producer.
+And the reader's wait on it: a backlog is read no faster than its groups are committed."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ from streams.stage import group_writes
 from streams.stage.group_scorer import Settlement
 from streams.stage.group_writes import GroupWrites, Topics
 from streams.stage.settled_groups import SettledMark
-from tests.builders import T0
+from tests.builders import T0, trajectory
 
 
 class RefusingProducer:
@@ -88,3 +89,62 @@ async def test_the_broker_away_is_retried_with_the_same_producer(monkeypatch):
     producer, failed = await failures_after(KafkaConnectionError(), 0.2)
     assert producer.transactions > 2 and producer.aborts == producer.transactions
     assert failed == []
+
+
+class GatedProducer:
+    """Each transaction commits once the test lets one through."""
+
+    def __init__(self) -> None:
+        self.gate: asyncio.Queue[None] = asyncio.Queue()
+        self.commits = 0
+
+    async def begin_transaction(self) -> None: ...
+
+    async def send(self, *args: Any, **kwargs: Any) -> asyncio.Future[None]:
+        sent: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        sent.set_result(None)
+        return sent
+
+    async def commit_transaction(self) -> None:
+        await self.gate.get()
+        self.commits += 1
+
+
+def group_of(rollouts: int) -> Settlement:
+    mark = SettledMark(False, frozenset({"r0"}), T0 + timedelta(seconds=9))
+    return Settlement("g", [trajectory()] * rollouts, [], [], mark)
+
+
+async def test_the_reader_waits_while_more_rollouts_than_the_limit_wait_for_a_transaction():
+    producer = GatedProducer()
+    writer = GroupWrites(
+        producer,  # type: ignore[arg-type]
+        TopicPartition("forge.events", 0), "group", OnePartition(),  # type: ignore[arg-type]
+        progress=None,  # type: ignore[arg-type]
+        topics=Topics("forge.trajectories", "marks"),
+    )  # fmt: skip
+    writer.add([group_of(4), group_of(4)])  # the first transaction takes these 8
+    reader = asyncio.create_task(writer.wait_unwritten_below(5))
+    await asyncio.sleep(0.05)
+    writer.add([group_of(4)])  # read before the wait: the next transaction's
+    assert not reader.done() and writer.unwritten_rollouts() == 12
+    producer.gate.put_nowait(None)  # the first transaction commits
+    await asyncio.wait_for(reader, 1.0)
+    assert producer.commits == 1 and writer.unwritten_rollouts() == 4  # 4 ≤ 5: read on
+    await asyncio.wait_for(writer.wait_unwritten_below(10), 0.1)  # under the limit: at once
+    producer.gate.put_nowait(None)
+    await asyncio.wait_for(writer.wait_unwritten_below(0), 1.0)
+    assert producer.commits == 2 and writer.unwritten_rollouts() == 0
+
+
+async def test_a_writer_that_fails_lets_the_reader_go():
+    """Its rollouts are the next generation's to redo: waiting on them would hold the reader."""
+    writer = GroupWrites(
+        RefusingProducer(OutOfOrderSequenceNumber()),  # type: ignore[arg-type]
+        TopicPartition("forge.events", 0), "group", OnePartition(),  # type: ignore[arg-type]
+        progress=None,  # type: ignore[arg-type]
+        topics=Topics("forge.trajectories", "marks"),
+    )  # fmt: skip
+    writer.add([group_of(4)])
+    await asyncio.wait_for(writer.wait_unwritten_below(0), 1.0)
+    assert writer.failed and writer.unwritten_rollouts() == 4

@@ -31,7 +31,7 @@ def queued_at(sequencer: EventTimeSequencer, index: int, at_s: float) -> None:
 
 def test_a_copy_within_the_horizon_is_recorded_once_and_one_past_it_is_refused():
     t0 = T0.timestamp()
-    sequencer = EventTimeSequencer(window=None, dedupe_horizon_s=100.0)
+    sequencer = EventTimeSequencer(window=None, dedupe_horizon_s=100.0, records=True)
     queued_at(sequencer, 0, 0.0)
     sequencer.add_completion(completion(0, 5.0))
     sequencer.advance(t0 + 10)
@@ -51,7 +51,7 @@ def test_a_copy_within_the_horizon_is_recorded_once_and_one_past_it_is_refused()
 
 
 def test_a_replay_applies_every_fact_however_far_apart_they_were_written():
-    replay = EventTimeSequencer(window=None, dedupe_horizon_s=100.0)
+    replay = EventTimeSequencer(window=None, dedupe_horizon_s=100.0, records=True)
     for i in (0, 1):
         queued_at(replay, i, 0.0)
     replay.add_completion(completion(1, 10_000.0))  # fed first, a day of event time later
@@ -65,7 +65,7 @@ def test_a_replay_applies_every_fact_however_far_apart_they_were_written():
 
 def test_an_unqueued_copy_past_the_horizon_is_refused_not_recorded_again():
     t0 = T0.timestamp()
-    sequencer = EventTimeSequencer(window=None, dedupe_horizon_s=100.0)
+    sequencer = EventTimeSequencer(window=None, dedupe_horizon_s=100.0, records=True)
     unqueued = dataclasses.replace(completion(9, 5.0), queue_index=-1)
     sequencer.add_completion(unqueued)
     queued_at(sequencer, 0, 300.0)
