@@ -24,8 +24,9 @@ have started but not ended.
     python bench/streams.py [--rollouts 2000] [--inflight 10000] [--calls 2] [--warmup 1000]
                             [--timeline PNG]
 
-With --soak N, only this: N small rollouts through one live worker in rounds, its RSS read as
-it goes (memory must stay flat over a long run), plotted with --soak-plot PNG.
+With --soak N, only this: N small rollouts through one live worker in --soak-rounds rounds
+(50), its RSS read as it goes (memory must stay flat over a long run, and bounded behind a
+round's backlog), plotted with --soak-plot PNG.
 
     python bench/streams.py --soak 1000000 --soak-plot bench/streams_soak_rss.png
 """
@@ -477,7 +478,7 @@ def draw_soak(path: Path, points: list[SoakPoint]) -> None:
     fig.savefig(path, dpi=100, bbox_inches="tight")
 
 
-def soak_main(rollouts: int, plot: Path | None) -> None:
+def soak_main(rollouts: int, plot: Path | None, rounds: int) -> None:
     """``--soak``: one live worker through ``rollouts``, its RSS at 10% and at the end."""
     home = Path(tempfile.mkdtemp(prefix="forge-bench-soak-"))
     bootstrap = os.environ.get("FORGE_KAFKA_BOOTSTRAP")
@@ -487,7 +488,7 @@ def soak_main(rollouts: int, plot: Path | None) -> None:
                              port=0, controller_port=0)  # fmt: skip
         bootstrap = broker.up().bootstrap
     try:
-        points = live_worker_soak(bootstrap, home, rollouts, np.random.default_rng(0))
+        points = live_worker_soak(bootstrap, home, rollouts, np.random.default_rng(0), rounds)
     finally:
         if broker is not None:
             broker.down(purge=True)
@@ -575,6 +576,12 @@ def parse_args() -> argparse.Namespace:
         metavar="PNG",
         help="with --soak: plot the worker's RSS over the rollouts",
     )
+    parser.add_argument(
+        "--soak-rounds",
+        type=int,
+        default=50,
+        help="with --soak: written in this many rounds (each a backlog the worker catches up)",
+    )
     return parser.parse_args()
 
 
@@ -632,7 +639,7 @@ def main() -> None:
     args = parse_args()
     print(machine_line(), flush=True)
     if args.soak:
-        soak_main(args.soak, args.soak_plot)
+        soak_main(args.soak, args.soak_plot, args.soak_rounds)
         return
     console = Console(width=160)
     rng = np.random.default_rng(0)
