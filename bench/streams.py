@@ -538,7 +538,12 @@ def _tree_rss_mb(pid: int) -> float:
 
 def _tree_anon_mb(pid: int) -> float:
     """Resident and backed by no file (``shared`` is Linux's RssFile + RssShmem)."""
-    return _tree_sum(pid, lambda p: (p.memory_info().rss - p.memory_info().shared) / 2**20)
+
+    def anon_mb(proc: psutil.Process) -> float:
+        memory = proc.memory_info()
+        return (memory.rss - memory.shared) / 2**20
+
+    return _tree_sum(pid, anon_mb)
 
 
 def _tree_threads(pid: int) -> int:

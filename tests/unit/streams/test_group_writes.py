@@ -60,6 +60,17 @@ def settlement() -> Settlement:
     return Settlement("g0", [], [], [], mark)
 
 
+def writer_with(producer: object, on_failed: Any = None) -> GroupWrites:
+    """Partition 0's writer through ``producer`` (a stand-in: a broker cannot be made to hold a
+    commit or refuse a producer on cue)."""
+    return GroupWrites(
+        producer,  # type: ignore[arg-type]
+        TopicPartition("forge.events", 0), "group", OnePartition(),  # type: ignore[arg-type]
+        progress=None,  # type: ignore[arg-type]
+        topics=Topics("forge.trajectories", "marks"), on_failed=on_failed,
+    )  # fmt: skip
+
+
 async def failures_after(error: Exception, wait_s: float) -> tuple[RefusingProducer, list[str]]:
     producer = RefusingProducer(error)
     failed: list[str] = []
@@ -67,12 +78,7 @@ async def failures_after(error: Exception, wait_s: float) -> tuple[RefusingProdu
     async def on_failed(writer: GroupWrites) -> None:
         failed.append(writer.events.topic)
 
-    writer = GroupWrites(
-        producer,  # type: ignore[arg-type]
-        TopicPartition("forge.events", 0), "group", OnePartition(),  # type: ignore[arg-type]
-        progress=None,  # type: ignore[arg-type]
-        topics=Topics("forge.trajectories", "marks"), on_failed=on_failed,
-    )  # fmt: skip
+    writer = writer_with(producer, on_failed)
     writer.add([settlement()])
     await asyncio.sleep(wait_s)
     return producer, failed
@@ -117,12 +123,7 @@ def group_of(rollouts: int) -> Settlement:
 
 async def test_the_reader_waits_while_more_rollouts_than_the_limit_wait_for_a_transaction():
     producer = GatedProducer()
-    writer = GroupWrites(
-        producer,  # type: ignore[arg-type]
-        TopicPartition("forge.events", 0), "group", OnePartition(),  # type: ignore[arg-type]
-        progress=None,  # type: ignore[arg-type]
-        topics=Topics("forge.trajectories", "marks"),
-    )  # fmt: skip
+    writer = writer_with(producer)
     writer.add([group_of(4), group_of(4)])  # the first transaction takes these 8
     reader = asyncio.create_task(writer.wait_unwritten_below(5))
     await asyncio.sleep(0.05)
@@ -139,12 +140,7 @@ async def test_the_reader_waits_while_more_rollouts_than_the_limit_wait_for_a_tr
 
 async def test_a_writer_that_fails_lets_the_reader_go():
     """Its rollouts are the next generation's to redo: waiting on them would hold the reader."""
-    writer = GroupWrites(
-        RefusingProducer(OutOfOrderSequenceNumber()),  # type: ignore[arg-type]
-        TopicPartition("forge.events", 0), "group", OnePartition(),  # type: ignore[arg-type]
-        progress=None,  # type: ignore[arg-type]
-        topics=Topics("forge.trajectories", "marks"),
-    )  # fmt: skip
+    writer = writer_with(RefusingProducer(OutOfOrderSequenceNumber()))
     writer.add([group_of(4)])
     await asyncio.wait_for(writer.wait_unwritten_below(0), 1.0)
     assert writer.failed and writer.unwritten_rollouts() == 4
